@@ -1,0 +1,335 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// KVRouterSpec describes the model, its engines, the router in front of them, and how traffic and
+// scaling reach them. Defaults live in the schema so that `kubectl get -o yaml` shows what runs.
+type KVRouterSpec struct {
+	// Model is what the engines load and the name clients use.
+	Model ModelSpec `json:"model"`
+
+	// Engine configures the vLLM replicas.
+	// +kubebuilder:default={}
+	// +optional
+	Engine EngineSpec `json:"engine,omitempty"`
+
+	// Router configures the KV-cache-aware router in front of the engines.
+	// +kubebuilder:default={}
+	// +optional
+	Router RouterSpec `json:"router,omitempty"`
+
+	// Gateway attaches an HTTPRoute to existing Gateways. Without it, clients reach the router
+	// Service directly.
+	// +optional
+	Gateway *GatewaySpec `json:"gateway,omitempty"`
+
+	// Autoscaling hands the engine replica count to a KEDA ScaledObject. When set,
+	// spec.engine.replicas is ignored and the engine workload is applied without a replica count.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+
+	// Simulate runs vllm-sim instead of vLLM: same HTTP API, metrics and KV events, no GPU request.
+	// For trying the router on a cluster without GPUs, and for CI.
+	// +kubebuilder:default=false
+	// +optional
+	Simulate bool `json:"simulate,omitempty"`
+}
+
+// ModelSpec names the model.
+type ModelSpec struct {
+	// Name is what vLLM loads: a Hugging Face repository id or a path inside the cache volume.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Name string `json:"name"`
+
+	// ServedName is the model name clients send in requests. Defaults to metadata.name.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:-]*$`
+	// +optional
+	ServedName string `json:"servedName,omitempty"`
+
+	// MaxModelLen caps the context length (prompt plus output) in tokens. Unset: the model's own.
+	// +kubebuilder:validation:Minimum=16
+	// +optional
+	MaxModelLen *int32 `json:"maxModelLen,omitempty"`
+
+	// CachePVC is an existing PersistentVolumeClaim that holds model weights; it is mounted as
+	// HF_HOME so replicas do not download the model each time they start.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CachePVC string `json:"cachePVC,omitempty"`
+
+	// HFTokenSecret is a Secret in the same namespace whose key "token" becomes HF_TOKEN.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	HFTokenSecret string `json:"hfTokenSecret,omitempty"`
+}
+
+// EngineSpec configures the vLLM engine replicas.
+// +kubebuilder:validation:XValidation:rule="self.tensorParallelSize <= self.gpu.perNode",message="spec.engine.tensorParallelSize must not exceed spec.engine.gpu.perNode (the GPUs one node has): split larger models across nodes with nodesPerReplica"
+// +kubebuilder:validation:XValidation:rule="self.nodesPerReplica == 1 || self.tensorParallelSize == self.gpu.perNode",message="spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode: each node of a multi-node replica must be filled by tensor parallelism (pipeline parallelism spans the nodes)"
+type EngineSpec struct {
+	// Image is the vLLM image. It must publish KV events (vLLM v0.9 or newer).
+	// +kubebuilder:default="vllm/vllm-openai:v0.26.0"
+	// +kubebuilder:validation:MinLength=1
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Replicas is the number of engine replicas. Ignored when spec.autoscaling is set.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// TensorParallelSize is the number of GPUs one model shard spans inside a node.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Enum=1;2;4;8;16
+	// +optional
+	TensorParallelSize int32 `json:"tensorParallelSize,omitempty"`
+
+	// NodesPerReplica > 1 spreads one replica over several nodes with pipeline parallelism,
+	// one LeaderWorkerSet group per replica.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	NodesPerReplica int32 `json:"nodesPerReplica,omitempty"`
+
+	// GPU selects the GPU nodes.
+	// +kubebuilder:default={}
+	// +optional
+	GPU GPUSpec `json:"gpu,omitempty"`
+
+	// BlockSize is the KV-cache block size in tokens. The router's index uses the same value.
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Enum=8;16;32;64;128
+	// +optional
+	BlockSize int32 `json:"blockSize,omitempty"`
+
+	// PrefixCachingHashAlgo is passed as --prefix-caching-hash-algo. sha256_cbor gives hashes
+	// that are stable across processes and languages.
+	// +kubebuilder:default=sha256_cbor
+	// +kubebuilder:validation:Enum=sha256;sha256_cbor;xxhash;xxhash_cbor
+	// +optional
+	PrefixCachingHashAlgo string `json:"prefixCachingHashAlgo,omitempty"`
+
+	// ExtraArgs are appended to the vLLM command line.
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	ExtraArgs []string `json:"extraArgs,omitempty"`
+
+	// Env adds environment variables to the engine container.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Resources adds CPU and memory requests and limits to the engine container; the GPU limit
+	// is set from tensorParallelSize.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ShmSize sizes /dev/shm (a memory emptyDir) for NCCL.
+	// +kubebuilder:default="8Gi"
+	// +optional
+	ShmSize *resource.Quantity `json:"shmSize,omitempty"`
+
+	// StartupTimeoutSeconds is how long a replica may take to load the model before it is
+	// restarted.
+	// +kubebuilder:default=1800
+	// +kubebuilder:validation:Minimum=60
+	// +optional
+	StartupTimeoutSeconds int32 `json:"startupTimeoutSeconds,omitempty"`
+
+	// Tolerations are added to the engine pods, after the nvidia.com/gpu toleration.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// GPUSpec selects the GPU nodes.
+type GPUSpec struct {
+	// Product is the value of the node label nvidia.com/gpu.product that engine pods require.
+	// +kubebuilder:default="NVIDIA-H100-80GB-HBM3"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Product string `json:"product,omitempty"`
+
+	// PerNode is the number of GPUs one node has.
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	PerNode int32 `json:"perNode,omitempty"`
+}
+
+// RoutingPolicy selects how the router picks an engine for a request.
+// +kubebuilder:validation:Enum=Auto;PrefillBound;DecodeBound;RoundRobin;LeastLoaded;PrefixOnly
+type RoutingPolicy string
+
+const (
+	// PolicyAuto keeps a request on the engine that holds its longest prefix unless that engine is
+	// saturated, and balances by the load signal that matches the request's shape.
+	PolicyAuto RoutingPolicy = "Auto"
+	// PolicyPrefillBound is Auto with load measured as uncached prefill tokens in flight.
+	PolicyPrefillBound RoutingPolicy = "PrefillBound"
+	// PolicyDecodeBound is Auto with load measured as active streams.
+	PolicyDecodeBound RoutingPolicy = "DecodeBound"
+	// PolicyRoundRobin ignores the cache, for A/B comparisons.
+	PolicyRoundRobin RoutingPolicy = "RoundRobin"
+	// PolicyLeastLoaded ignores the cache and picks the least loaded engine.
+	PolicyLeastLoaded RoutingPolicy = "LeastLoaded"
+	// PolicyPrefixOnly follows the longest prefix and ignores load.
+	PolicyPrefixOnly RoutingPolicy = "PrefixOnly"
+)
+
+// RouterSpec configures the router Deployment.
+type RouterSpec struct {
+	// Replicas of the router. Each replica subscribes to every engine, so each index is exact.
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Policy is the routing policy.
+	// +kubebuilder:default=Auto
+	// +optional
+	Policy RoutingPolicy `json:"policy,omitempty"`
+
+	// Image overrides the router image the operator was started with.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// SessionHeader names a request header whose value keeps a session on one engine when the
+	// cache does not decide (a tie-breaker, never an override of saturation).
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	SessionHeader string `json:"sessionHeader,omitempty"`
+
+	// Resources of the router container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// GatewaySpec attaches the router to Gateways with an HTTPRoute.
+type GatewaySpec struct {
+	// ParentRefs are the Gateways (or listeners) the HTTPRoute attaches to.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	ParentRefs []gwapiv1.ParentReference `json:"parentRefs"`
+
+	// Hostnames the route matches. Empty: every hostname of the listeners.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Hostnames []gwapiv1.Hostname `json:"hostnames,omitempty"`
+}
+
+// AutoscalingSpec hands the engine replica count to KEDA.
+// +kubebuilder:validation:XValidation:rule="self.maxReplicas >= self.minReplicas",message="spec.autoscaling.maxReplicas must be greater than or equal to spec.autoscaling.minReplicas"
+type AutoscalingSpec struct {
+	// MinReplicas is the floor. Always rendered (KEDA's own default is 0, which would idle the
+	// model and fail requests while it reloads).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the ceiling.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// TargetQueueDepth is the number of requests waiting per engine replica that KEDA aims for.
+	// +kubebuilder:default=4
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	TargetQueueDepth int32 `json:"targetQueueDepth,omitempty"`
+
+	// Prometheus reads the signal from a Prometheus server instead of from the router.
+	// +optional
+	Prometheus *PrometheusSpec `json:"prometheus,omitempty"`
+}
+
+// PrometheusSpec points KEDA at a Prometheus server that scrapes the engines.
+type PrometheusSpec struct {
+	// ServerAddress of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	ServerAddress string `json:"serverAddress"`
+}
+
+// KVRouterStatus is what the operator observed. Numbers that are not integers are strings: CRDs
+// have no portable float type.
+type KVRouterStatus struct {
+	// ObservedGeneration is the generation the status describes, set after a successful reconcile.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready (summary), Progressing, Degraded, and the missing-CRD condition.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replicas is the number of engine replicas that are ready (the scale subresource reads it).
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// Selector selects the engine pods (leaders only for multi-node), for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Engines counts engine replicas.
+	// +optional
+	Engines ReplicaStatus `json:"engines,omitempty"`
+
+	// Router counts router replicas.
+	// +optional
+	Router ReplicaStatus `json:"router,omitempty"`
+
+	// URL is where clients send requests: the Gateway hostname when a route is attached, else the
+	// router Service.
+	// +optional
+	URL string `json:"url,omitempty"`
+}
+
+// ReplicaStatus counts the replicas of one workload.
+type ReplicaStatus struct {
+	// Desired replicas.
+	Desired int32 `json:"desired"`
+	// Ready replicas.
+	Ready int32 `json:"ready"`
+}
+
+// KVRouter serves one model on a fleet of vLLM replicas behind a KV-cache-aware router.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.engine.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=kvr,categories=all
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type KVRouter struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   KVRouterSpec   `json:"spec,omitempty"`
+	Status KVRouterStatus `json:"status,omitempty"`
+}
+
+// KVRouterList is a list of KVRouters.
+// +kubebuilder:object:root=true
+type KVRouterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KVRouter `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&KVRouter{}, &KVRouterList{})
+}
