@@ -12,8 +12,15 @@ OUT=${1:-$ROOT/bin/k8s/$K8S_VERSION}
 mkdir -p "$OUT"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
+# A machine-wide cache outside the checkout lets a fresh clone (CI) skip the build.
+CACHE=${KVROUTER_ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvrouter-envtest/$K8S_VERSION-$ETCD_VERSION}
 if [[ -x $OUT/kube-apiserver && -x $OUT/etcd ]]; then
   echo "envtest binaries present in $OUT"
+  exit 0
+fi
+if [[ -x $CACHE/kube-apiserver && -x $CACHE/etcd ]]; then
+  cp "$CACHE/kube-apiserver" "$CACHE/etcd" "$OUT/"
+  echo "envtest binaries copied from $CACHE"
   exit 0
 fi
 
@@ -34,4 +41,5 @@ if [[ ! -x $OUT/etcd ]]; then
 fi
 "$OUT/kube-apiserver" --version
 "$OUT/etcd" --version | head -1
+mkdir -p "$CACHE" && cp "$OUT/kube-apiserver" "$OUT/etcd" "$CACHE/" || true
 echo "envtest binaries built in $(( $(date +%s) - start ))s into $OUT"
