@@ -1,0 +1,130 @@
+package render
+
+import (
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// ScaledObject identity. It is built as unstructured data so that the operator does not depend
+// on KEDA's Go module (and its dependency tree) for one object.
+const (
+	ScaledObjectAPIVersion = "keda.sh/v1alpha1"
+	ScaledObjectKind       = "ScaledObject"
+)
+
+// HPA behaviour of the ScaledObject. A new engine takes minutes to load its model and takes no
+// load until then, so the queue it was started for is still there at the next poll: the
+// scale-up window and rate limit stop KEDA from adding replicas for a queue that replicas already
+// on their way will drain. The long scale-down window keeps a short lull from throwing away a
+// warm replica (and its prefix cache) that the next burst needs.
+const (
+	pollingIntervalSeconds  = 15
+	scaleUpWindowSeconds    = 120
+	scaleUpPeriodSeconds    = 120
+	scaleUpMaxPods          = 2
+	scaleDownWindowSeconds  = 600
+	scaleDownPeriodSeconds  = 120
+	scaleDownMaxPods        = 1
+	autoscaleMetricName     = "waiting-requests"
+	autoscaleValueLocation  = "waitingRequests"
+	autoscalePath           = "/v1/autoscale"
+	prometheusWaitingMetric = "vllm:num_requests_waiting"
+	metricTypeAverageValue  = "AverageValue"
+	kedaTriggerMetricsAPI   = "metrics-api"
+	kedaTriggerPrometheus   = "prometheus"
+)
+
+// scaledObject scales the engine workload on waiting requests per replica. The signal comes from
+// the router's /v1/autoscale (requests queued in engines and router) unless
+// spec.autoscaling.prometheus points at a Prometheus that scrapes the engines.
+func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
+	a := kvr.Spec.Autoscaling
+	target := strconv.Itoa(int(a.TargetQueueDepth))
+
+	var trigger map[string]any
+	if a.Prometheus != nil {
+		trigger = map[string]any{
+			"type":       kedaTriggerPrometheus,
+			"name":       autoscaleMetricName,
+			"metricType": metricTypeAverageValue,
+			"metadata": map[string]any{
+				"serverAddress": a.Prometheus.ServerAddress,
+				"query":         prometheusQuery(kvr),
+				"threshold":     target,
+				// An empty result means the engines are not scraped; say so (the
+				// ScaledObject turns not Ready) instead of reading it as zero and
+				// holding the fleet at its minimum.
+				"ignoreNullValues": "false",
+			},
+		}
+	} else {
+		trigger = map[string]any{
+			"type":       kedaTriggerMetricsAPI,
+			"name":       autoscaleMetricName,
+			"metricType": metricTypeAverageValue,
+			"metadata": map[string]any{
+				"url":           RouterServiceURL(kvr) + autoscalePath,
+				"format":        "json",
+				"valueLocation": autoscaleValueLocation,
+				"targetValue":   target,
+			},
+		}
+	}
+
+	meta := childMeta(kvr, opts, ScaledObjectName(kvr), NameEngine, ComponentEngine)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ScaledObjectAPIVersion,
+		"kind":       ScaledObjectKind,
+		"spec": map[string]any{
+			"scaleTargetRef": map[string]any{
+				"apiVersion": EngineWorkloadAPIVersion(kvr),
+				"kind":       EngineWorkloadKind(kvr),
+				"name":       EngineWorkloadName(kvr),
+			},
+			"pollingInterval": int64(pollingIntervalSeconds),
+			// Always explicit: KEDA's default minimum is 0, which would unload the model.
+			"minReplicaCount": int64(a.MinReplicas),
+			"maxReplicaCount": int64(a.MaxReplicas),
+			"advanced": map[string]any{
+				"horizontalPodAutoscalerConfig": map[string]any{
+					"behavior": map[string]any{
+						"scaleUp": map[string]any{
+							"stabilizationWindowSeconds": int64(scaleUpWindowSeconds),
+							"policies": []any{map[string]any{
+								"type": "Pods", "value": int64(scaleUpMaxPods), "periodSeconds": int64(scaleUpPeriodSeconds),
+							}},
+						},
+						"scaleDown": map[string]any{
+							"stabilizationWindowSeconds": int64(scaleDownWindowSeconds),
+							"policies": []any{map[string]any{
+								"type": "Pods", "value": int64(scaleDownMaxPods), "periodSeconds": int64(scaleDownPeriodSeconds),
+							}},
+						},
+					},
+				},
+			},
+			"triggers": []any{trigger},
+		},
+	}}
+	u.SetName(meta.Name)
+	u.SetNamespace(meta.Namespace)
+	u.SetLabels(meta.Labels)
+	u.SetOwnerReferences(meta.OwnerReferences)
+	return u
+}
+
+// prometheusQuery sums the requests waiting in this KVRouter's serving pods. The pod pattern
+// matches the pod names of the engine workload only (Deployment pods are
+// <workload>-<hash>-<suffix>, LeaderWorkerSet leaders <workload>-<group>), so a KVRouter whose
+// name extends this one's does not leak into the sum.
+func prometheusQuery(kvr *v1alpha1.KVRouter) string {
+	pods := EngineWorkloadName(kvr) + "-[a-z0-9]+-[a-z0-9]+"
+	if isMultiNode(kvr) {
+		pods = EngineWorkloadName(kvr) + "-[0-9]+"
+	}
+	return fmt.Sprintf(`sum(%s{namespace=%q,pod=~%q})`, prometheusWaitingMetric, kvr.Namespace, pods)
+}

@@ -1,0 +1,83 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// Fixed ports of the contract between the operator, the engines and the router.
+const (
+	EnginePort       = 8000
+	KVEventsPort     = 5557
+	KVReplayPort     = 5558
+	RouterPort       = 8080
+	PortNameHTTP     = "http"
+	PortNameKVEvents = "kv-events"
+	PortNameKVReplay = "kv-replay"
+)
+
+// MaxNameLength is the longest KVRouter name whose children all get valid names: the router
+// Service is "<name>-router" and Service names are DNS-1035 labels of at most 63 characters.
+const MaxNameLength = 63 - len("-router")
+
+// EngineWorkloadName is the name of the engine Deployment or LeaderWorkerSet.
+func EngineWorkloadName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
+
+// EngineWorkloadKind says what EngineWorkloadName names: "Deployment" or "LeaderWorkerSet".
+func EngineWorkloadKind(kvr *v1alpha1.KVRouter) string {
+	if isMultiNode(kvr) {
+		return "LeaderWorkerSet"
+	}
+	return "Deployment"
+}
+
+// EngineWorkloadAPIVersion is the apiVersion of the engine workload.
+func EngineWorkloadAPIVersion(kvr *v1alpha1.KVRouter) string {
+	if isMultiNode(kvr) {
+		return "leaderworkerset.x-k8s.io/v1"
+	}
+	return "apps/v1"
+}
+
+// RouterName names the router Deployment, Service, ServiceAccount, Role, RoleBinding and PDB.
+func RouterName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-router" }
+
+// RouteName names the HTTPRoute.
+func RouteName(kvr *v1alpha1.KVRouter) string { return kvr.Name }
+
+// ScaledObjectName names the KEDA ScaledObject.
+func ScaledObjectName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
+
+// NetworkPolicyName names the NetworkPolicy that guards the engines' ports.
+func NetworkPolicyName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
+
+// ServedName is the model name clients send: spec.model.servedName, else metadata.name.
+func ServedName(kvr *v1alpha1.KVRouter) string {
+	if kvr.Spec.Model.ServedName != "" {
+		return kvr.Spec.Model.ServedName
+	}
+	return kvr.Name
+}
+
+// RouterServiceURL is the in-cluster URL of the router Service.
+func RouterServiceURL(kvr *v1alpha1.KVRouter) string {
+	return fmt.Sprintf("http://%s.%s.svc:%d", RouterName(kvr), kvr.Namespace, RouterPort)
+}
+
+// URL is where clients send requests, for status.url: the first exact hostname of the HTTPRoute
+// when a Gateway is attached, else the router Service. The scheme is http because render cannot
+// see the Gateway's listeners; a reconciler that reads them may upgrade it to https.
+func URL(kvr *v1alpha1.KVRouter) string {
+	if gw := kvr.Spec.Gateway; gw != nil {
+		for _, h := range gw.Hostnames {
+			if !strings.HasPrefix(string(h), "*") {
+				return "http://" + string(h)
+			}
+		}
+	}
+	return RouterServiceURL(kvr)
+}
+
+func isMultiNode(kvr *v1alpha1.KVRouter) bool { return kvr.Spec.Engine.NodesPerReplica > 1 }

@@ -1,0 +1,51 @@
+package render
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// engineNetworkPolicy limits who may connect to the engine pods. KV events carry the token ids
+// of users' prompts, so the event and replay ports accept only this KVRouter's router pods. The
+// policy selects the engine pods, which makes every port it does not list closed to everyone, so
+// it also opens the OpenAI port (clients, the router, Prometheus) and, for multi-node replicas,
+// all ports between the pods of this KVRouter's engine groups (vLLM's rendezvous and NCCL pick
+// their ports at run time).
+func engineNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.NetworkPolicy {
+	tcp := corev1.ProtocolTCP
+	port := func(p int) networkingv1.NetworkPolicyPort {
+		v := intstr.FromInt(p)
+		return networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &v}
+	}
+	enginePods := &metav1.LabelSelector{MatchLabels: map[string]string{
+		LabelName:     NameEngine,
+		LabelKVRouter: kvr.Name,
+	}}
+	rules := []networkingv1.NetworkPolicyIngressRule{
+		{
+			Ports: []networkingv1.NetworkPolicyPort{port(KVEventsPort), port(KVReplayPort)},
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+				MatchLabels: selectorLabels(kvr, NameRouter, ComponentRouter),
+			}}},
+		},
+		{Ports: []networkingv1.NetworkPolicyPort{port(EnginePort)}},
+	}
+	if isMultiNode(kvr) {
+		rules = append(rules, networkingv1.NetworkPolicyIngressRule{
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: enginePods.DeepCopy()}},
+		})
+	}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: childMeta(kvr, opts, NetworkPolicyName(kvr), NameEngine, ComponentEngine),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: *enginePods,
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     rules,
+		},
+	}
+}

@@ -1,0 +1,38 @@
+package render
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// httpRoute attaches the router Service to the Gateways of spec.gateway. Timeouts are zero
+// (disabled): a streamed completion can run for minutes, and Envoy-based Gateways otherwise cut
+// it at their default of 15 seconds.
+func httpRoute(kvr *v1alpha1.KVRouter, opts Options) *gwapiv1.HTTPRoute {
+	gw := kvr.Spec.Gateway
+	parents := make([]gwapiv1.ParentReference, 0, len(gw.ParentRefs))
+	for _, p := range gw.ParentRefs {
+		parents = append(parents, *p.DeepCopy())
+	}
+	noTimeout := gwapiv1.Duration("0s")
+	return &gwapiv1.HTTPRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gwapiv1.GroupVersion.String(), Kind: "HTTPRoute"},
+		ObjectMeta: childMeta(kvr, opts, RouteName(kvr), NameRouter, ComponentRouter),
+		Spec: gwapiv1.HTTPRouteSpec{
+			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: parents},
+			Hostnames:       append([]gwapiv1.Hostname(nil), gw.Hostnames...),
+			Rules: []gwapiv1.HTTPRouteRule{{
+				BackendRefs: []gwapiv1.HTTPBackendRef{{BackendRef: gwapiv1.BackendRef{
+					BackendObjectReference: gwapiv1.BackendObjectReference{
+						Name: gwapiv1.ObjectName(RouterName(kvr)),
+						Port: ptr.To(gwapiv1.PortNumber(RouterPort)),
+					},
+				}}},
+				Timeouts: &gwapiv1.HTTPRouteTimeouts{Request: &noTimeout, BackendRequest: &noTimeout},
+			}},
+		},
+	}
+}

@@ -1,0 +1,143 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// ManagedEngineFlags are the vLLM flags render sets itself. spec.engine.extraArgs may not repeat
+// them: vLLM keeps the last occurrence, so a repeated --block-size or --prefix-caching-hash-algo
+// would silently make the engines' block hashes disagree with the router's index.
+var ManagedEngineFlags = []string{
+	"--model", "--served-model-name", "--port", "--tensor-parallel-size", "--pipeline-parallel-size",
+	"--block-size", "--max-model-len", "--prefix-caching-hash-algo", "--kv-events-config",
+	"--nnodes", "--node-rank", "--master-addr", "--headless", "--distributed-executor-backend",
+}
+
+// shortFlags are vLLM's single-dash aliases of managed flags.
+var shortFlags = map[string]string{"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+
+// ReservedEngineEnv are environment variables render sets itself and spec.engine.env may not
+// override: the hash seed must match the router's, and the KV-event topic names the pod.
+var ReservedEngineEnv = []string{"PYTHONHASHSEED", "POD_NAME", "POD_IP"}
+
+// Validate checks what the CRD's schema and CEL rules check and what Objects relies on, for
+// manifests that have not been through an API server. It expects a defaulted KVRouter (Default).
+func Validate(kvr *v1alpha1.KVRouter) error {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if kvr.Name == "" {
+		errs = append(errs, field.Required(meta.Child("name"), ""))
+	} else {
+		if len(kvr.Name) > MaxNameLength {
+			errs = append(errs, field.TooLong(meta.Child("name"), kvr.Name, MaxNameLength))
+		}
+		for _, msg := range validation.IsDNS1035Label(kvr.Name) {
+			errs = append(errs, field.Invalid(meta.Child("name"), kvr.Name,
+				"must be usable as a Service name: "+msg))
+		}
+	}
+	if kvr.Namespace == "" {
+		errs = append(errs, field.Required(meta.Child("namespace"), ""))
+	}
+
+	spec := field.NewPath("spec")
+	if kvr.Spec.Model.Name == "" {
+		errs = append(errs, field.Required(spec.Child("model", "name"), ""))
+	}
+
+	e := kvr.Spec.Engine
+	ep := spec.Child("engine")
+	if !oneOf(e.TensorParallelSize, 1, 2, 4, 8, 16) {
+		errs = append(errs, field.NotSupported(ep.Child("tensorParallelSize"), e.TensorParallelSize,
+			[]string{"1", "2", "4", "8", "16"}))
+	}
+	if !oneOf(e.BlockSize, 8, 16, 32, 64, 128) {
+		errs = append(errs, field.NotSupported(ep.Child("blockSize"), e.BlockSize,
+			[]string{"8", "16", "32", "64", "128"}))
+	}
+	if e.NodesPerReplica < 1 {
+		errs = append(errs, field.Invalid(ep.Child("nodesPerReplica"), e.NodesPerReplica, "must be at least 1"))
+	}
+	if e.GPU.PerNode < 1 {
+		errs = append(errs, field.Invalid(ep.Child("gpu", "perNode"), e.GPU.PerNode, "must be at least 1"))
+	}
+	if e.TensorParallelSize > e.GPU.PerNode {
+		errs = append(errs, field.Invalid(ep.Child("tensorParallelSize"), e.TensorParallelSize,
+			fmt.Sprintf("must not exceed spec.engine.gpu.perNode (%d): split larger models across nodes with nodesPerReplica", e.GPU.PerNode)))
+	}
+	if e.NodesPerReplica > 1 && e.TensorParallelSize != e.GPU.PerNode {
+		errs = append(errs, field.Invalid(ep.Child("tensorParallelSize"), e.TensorParallelSize,
+			fmt.Sprintf("must equal spec.engine.gpu.perNode (%d) when nodesPerReplica > 1: tensor parallelism fills each node, pipeline parallelism spans them", e.GPU.PerNode)))
+	}
+	if e.Replicas != nil && *e.Replicas < 0 {
+		errs = append(errs, field.Invalid(ep.Child("replicas"), *e.Replicas, "must not be negative"))
+	}
+	for i, arg := range e.ExtraArgs {
+		if f := managedFlag(arg); f != "" {
+			errs = append(errs, field.Invalid(ep.Child("extraArgs").Index(i), arg,
+				f+" is set by the operator from the spec; use the matching spec field"))
+		}
+	}
+	for i, env := range e.Env {
+		for _, r := range ReservedEngineEnv {
+			if env.Name == r {
+				errs = append(errs, field.Invalid(ep.Child("env").Index(i).Child("name"), env.Name,
+					"is set by the operator and must match the router"))
+			}
+		}
+	}
+
+	if r := kvr.Spec.Router; r.Replicas != nil && *r.Replicas < 1 {
+		errs = append(errs, field.Invalid(spec.Child("router", "replicas"), *r.Replicas, "must be at least 1"))
+	}
+	if gw := kvr.Spec.Gateway; gw != nil && len(gw.ParentRefs) == 0 {
+		errs = append(errs, field.Required(spec.Child("gateway", "parentRefs"), "name at least one Gateway"))
+	}
+	if a := kvr.Spec.Autoscaling; a != nil {
+		ap := spec.Child("autoscaling")
+		if a.MinReplicas < 1 {
+			errs = append(errs, field.Invalid(ap.Child("minReplicas"), a.MinReplicas, "must be at least 1"))
+		}
+		if a.MaxReplicas < a.MinReplicas {
+			errs = append(errs, field.Invalid(ap.Child("maxReplicas"), a.MaxReplicas,
+				"must be greater than or equal to spec.autoscaling.minReplicas"))
+		}
+		if a.Prometheus != nil && !strings.HasPrefix(a.Prometheus.ServerAddress, "http://") &&
+			!strings.HasPrefix(a.Prometheus.ServerAddress, "https://") {
+			errs = append(errs, field.Invalid(ap.Child("prometheus", "serverAddress"), a.Prometheus.ServerAddress,
+				"must be an http:// or https:// URL"))
+		}
+	}
+	return errs.ToAggregate()
+}
+
+// managedFlag returns the managed flag that arg sets ("--block-size" for "--block-size=32"), or "".
+func managedFlag(arg string) string {
+	if !strings.HasPrefix(arg, "--") {
+		return shortFlags[arg]
+	}
+	name, _, _ := strings.Cut(arg, "=")
+	// vLLM's argument parser accepts underscores for dashes (--block_size).
+	name = "--" + strings.ReplaceAll(strings.TrimPrefix(name, "--"), "_", "-")
+	for _, f := range ManagedEngineFlags {
+		if name == f {
+			return f
+		}
+	}
+	return ""
+}
+
+func oneOf(v int32, allowed ...int32) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}

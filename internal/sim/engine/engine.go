@@ -1,0 +1,315 @@
+// Package engine is the simulated vLLM engine core: a paged KV cache, a continuous-batching
+// scheduler and a step-time model, advanced one scheduler step at a time in virtual time. It owns no
+// goroutines and reads no clock, so kvbench can drive thousands of engines in a discrete-event
+// simulation; the HTTP server (internal/sim/server) runs it in real time.
+//
+// An Engine is not safe for concurrent use.
+package engine
+
+import (
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
+	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
+	"github.com/kvrouter/kvrouter/internal/sim/scheduler"
+	"github.com/kvrouter/kvrouter/internal/sim/timing"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
+)
+
+// Config describes one engine.
+type Config struct {
+	Profile timing.Profile
+	// BlockSize is tokens per KV block (vLLM --block-size, default 16).
+	BlockSize int
+	// NumBlocks overrides the KV capacity derived from the profile (vLLM --num-gpu-blocks-override).
+	NumBlocks int
+	// GPUMemoryUtilization is the fraction of GPU memory vLLM may use (default 0.9).
+	GPUMemoryUtilization float64
+	MaxNumSeqs           int // default 256
+	MaxNumBatchedTokens  int // default 8192
+	MaxModelLen          int // default: the model's native length
+	// HashAlgo and HashSeed select the block hash (see internal/blockhash); a nil seed means
+	// PYTHONHASHSEED unset: random per engine start.
+	HashAlgo string
+	HashSeed *string
+	// EmitEvents records KV events in each StepResult.
+	EmitEvents bool
+}
+
+func (c *Config) defaults() error {
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.GPUMemoryUtilization == 0 {
+		c.GPUMemoryUtilization = 0.9
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = 256
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = 8192
+	}
+	if c.MaxModelLen == 0 {
+		c.MaxModelLen = c.Profile.Model.MaxLen
+	}
+	if c.NumBlocks == 0 {
+		c.NumBlocks = c.Profile.NumBlocks(c.BlockSize, c.GPUMemoryUtilization)
+	}
+	switch {
+	case c.BlockSize < 1:
+		return fmt.Errorf("block size must be positive, got %d", c.BlockSize)
+	case c.NumBlocks < 1:
+		return fmt.Errorf("profile %s leaves no memory for the KV cache", c.Profile.Name)
+	case c.MaxModelLen < 2:
+		return fmt.Errorf("max model length must be at least 2, got %d", c.MaxModelLen)
+	case c.Profile.TP < 1:
+		return fmt.Errorf("profile %q has no tensor-parallel size", c.Profile.Name)
+	}
+	return nil
+}
+
+// Request is one generation request. Fill the input fields before Submit.
+type Request struct {
+	ID        string
+	Prompt    []uint32
+	MaxTokens int
+	// Seed selects the deterministic output stream.
+	Seed       uint64
+	LoRA       string
+	CacheSalt  string
+	ReportFull bool // vllm_xargs kv_cache_report_mode "full"
+
+	// Set by the engine, in virtual seconds: arrival, first admission to the batch, first token,
+	// completion.
+	Arrival, ScheduledAt, FirstTokenAt, FinishedAt float64
+	scheduled                                      bool
+	Output                                         []uint32
+
+	s   scheduler.Request
+	gen *tokenizer.Generator
+}
+
+// CachedTokens is the number of prompt tokens the prefix cache served at the last admission.
+func (r *Request) CachedTokens() int { return r.s.CachedTokens }
+
+// Preemptions counts how often the request was preempted.
+func (r *Request) Preemptions() int { return r.s.Preemptions }
+
+// Token is one sampled token of one request.
+type Token struct {
+	Req   *Request
+	ID    uint32
+	First bool // first output token of the request
+	Last  bool // the request finished with this token
+}
+
+// StepResult is everything one step did.
+type StepResult struct {
+	Start, Duration float64 // virtual seconds
+	Tokens          []Token
+	Finished        []*Request
+	Preempted       []*Request
+	Events          []kvevent.Event
+	// Batch shape, for metrics and tests.
+	ScheduledTokens, Sequences int
+	PrefixQueries, PrefixHits  int
+}
+
+// Stats are the engine's gauges and counters.
+type Stats struct {
+	Running          int     `json:"running"`
+	Waiting          int     `json:"waiting"`
+	KVUsage          float64 `json:"kvUsage"`
+	NumBlocks        int     `json:"numBlocks"`
+	FreeBlocks       int     `json:"freeBlocks"`
+	CachedBlocks     int     `json:"cachedBlocks"`
+	PrefixQueries    uint64  `json:"prefixQueries"`
+	PrefixHits       uint64  `json:"prefixHits"`
+	Preemptions      uint64  `json:"preemptions"`
+	PromptTokens     uint64  `json:"promptTokens"`
+	GenerationTokens uint64  `json:"generationTokens"`
+	Steps            uint64  `json:"steps"`
+}
+
+// Engine is one simulated vLLM engine.
+type Engine struct {
+	cfg    Config
+	cache  *kvcache.Cache
+	sched  *scheduler.Scheduler
+	now    float64
+	byID   map[string]*Request
+	stats  Stats
+	scheds map[*scheduler.Request]*Request
+}
+
+// New builds an engine with an empty cache at virtual time 0.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg}
+	if err := e.reset(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) reset() error {
+	h, err := blockhash.New(e.cfg.HashAlgo, e.cfg.HashSeed)
+	if err != nil {
+		return err
+	}
+	e.cache = kvcache.New(e.cfg.NumBlocks, e.cfg.BlockSize, e.cfg.EmitEvents)
+	e.sched, err = scheduler.New(scheduler.Config{
+		MaxNumSeqs: e.cfg.MaxNumSeqs, MaxNumBatchedTokens: e.cfg.MaxNumBatchedTokens, MaxModelLen: e.cfg.MaxModelLen,
+	}, e.cache, h)
+	if err != nil {
+		return err
+	}
+	e.byID = make(map[string]*Request)
+	e.scheds = make(map[*scheduler.Request]*Request)
+	return nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (e *Engine) Config() Config { return e.cfg }
+
+// Now is the engine's virtual time in seconds.
+func (e *Engine) Now() float64 { return e.now }
+
+// AdvanceTo moves virtual time forward to t (idle time); it never goes back.
+func (e *Engine) AdvanceTo(t float64) {
+	if t > e.now {
+		e.now = t
+	}
+}
+
+// Submit queues a request arriving now. The ID must be unique among unfinished requests.
+func (e *Engine) Submit(r *Request) error {
+	if _, dup := e.byID[r.ID]; dup {
+		return fmt.Errorf("request %q is already in flight", r.ID)
+	}
+	r.s = scheduler.Request{ID: r.ID, Prompt: r.Prompt, MaxTokens: r.MaxTokens, LoRA: r.LoRA, CacheSalt: r.CacheSalt, ReportFull: r.ReportFull}
+	if err := e.sched.Add(&r.s); err != nil {
+		return err
+	}
+	r.Arrival = e.now
+	r.Output = nil
+	r.scheduled = false
+	r.gen = tokenizer.NewGenerator(r.Seed)
+	e.byID[r.ID] = r
+	e.scheds[&r.s] = r
+	return nil
+}
+
+// Abort cancels a request (client went away); its blocks return to the free queue.
+func (e *Engine) Abort(id string) bool {
+	r, ok := e.byID[id]
+	if !ok {
+		return false
+	}
+	e.forget(r)
+	return e.sched.Abort(id)
+}
+
+// HasWork reports whether Step would schedule anything or has events to hand out.
+func (e *Engine) HasWork() bool { return e.sched.HasWork() || e.cache.HasEvents() }
+
+// Step runs one scheduler step and advances virtual time by its duration. With nothing to do it
+// returns a zero-duration result (carrying any pending events, e.g. from a cache reset).
+func (e *Engine) Step() StepResult {
+	res := StepResult{Start: e.now}
+	out := e.sched.Schedule()
+	var b timing.Batch
+	for _, sc := range out.Scheduled {
+		b.Add(sc.NumNew, sc.Context)
+	}
+	res.ScheduledTokens, res.Sequences = b.Tokens, len(out.Scheduled)
+	res.PrefixQueries, res.PrefixHits = out.PrefixQueries, out.PrefixHits
+	res.Duration = e.cfg.Profile.StepTime(b)
+	e.now += res.Duration
+
+	for _, sc := range out.Scheduled {
+		if r := e.scheds[sc.Req]; r != nil && !r.scheduled {
+			r.scheduled, r.ScheduledAt = true, res.Start
+		}
+	}
+	for _, r := range out.Preempted {
+		res.Preempted = append(res.Preempted, e.scheds[r])
+	}
+	done := e.sched.Complete(out, func(sr *scheduler.Request) uint32 {
+		id, _ := e.scheds[sr].gen.Next()
+		return id
+	})
+	finished := make(map[*scheduler.Request]bool, len(done))
+	for _, sr := range done {
+		finished[sr] = true
+	}
+	for _, sc := range out.Scheduled {
+		if !sc.Samples || sc.Req.Status == scheduler.Waiting {
+			continue
+		}
+		r := e.scheds[sc.Req]
+		if r == nil {
+			continue
+		}
+		tok := Token{Req: r, ID: sc.Req.Output[len(sc.Req.Output)-1], First: len(sc.Req.Output) == 1, Last: finished[sc.Req]}
+		if tok.First {
+			r.FirstTokenAt = e.now
+		}
+		r.Output = sc.Req.Output
+		res.Tokens = append(res.Tokens, tok)
+	}
+	for _, sr := range done {
+		r := e.scheds[sr]
+		r.FinishedAt = e.now
+		res.Finished = append(res.Finished, r)
+		e.stats.PromptTokens += uint64(len(r.Prompt))
+		e.stats.GenerationTokens += uint64(len(r.Output))
+		e.forget(r)
+	}
+	res.Events = e.cache.DrainEvents()
+	if len(out.Scheduled) > 0 {
+		e.stats.Steps++
+	}
+	e.stats.PrefixQueries += uint64(out.PrefixQueries)
+	e.stats.PrefixHits += uint64(out.PrefixHits)
+	e.stats.Preemptions += uint64(len(out.Preempted))
+	return res
+}
+
+// ResetPrefixCache clears the prefix cache (AllBlocksCleared in the next StepResult). Like vLLM
+// it fails while requests hold blocks.
+func (e *Engine) ResetPrefixCache() bool { return e.sched.ResetPrefixCache() }
+
+// Restart simulates a process restart: every in-flight request is dropped (returned so that the
+// caller can fail them), the cache is emptied and, with an unset hash seed, NONE_HASH changes.
+// Counters survive (a real restart would reset them; the fault-injection user wants continuity).
+func (e *Engine) Restart() ([]*Request, error) {
+	var dropped []*Request
+	for _, r := range e.byID {
+		dropped = append(dropped, r)
+	}
+	if err := e.reset(); err != nil {
+		return nil, err
+	}
+	return dropped, nil
+}
+
+// Stats returns the current gauges and counters.
+func (e *Engine) Stats() Stats {
+	s := e.stats
+	s.Running = e.sched.NumRunning()
+	s.Waiting = e.sched.NumWaiting()
+	s.KVUsage = e.cache.Usage()
+	s.NumBlocks = e.cache.NumBlocks()
+	s.FreeBlocks = e.cache.NumFree()
+	s.CachedBlocks = e.cache.NumCached()
+	return s
+}
+
+func (e *Engine) forget(r *Request) {
+	delete(e.byID, r.ID)
+	delete(e.scheds, &r.s)
+}

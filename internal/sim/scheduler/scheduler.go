@@ -1,0 +1,321 @@
+// Package scheduler is the simulator's continuous-batching scheduler, modelled on vLLM v1's: a
+// waiting and a running queue, at most MaxNumSeqs running requests, a per-step token budget shared
+// by decodes and (chunked) prefills, prefix-cache lookup when a request is admitted, and preemption
+// by recomputation (the newest running request gives back its blocks) when the cache is full.
+//
+// It decides what runs in a step and keeps the block tables; it has no notion of time. The engine
+// (internal/sim/engine) times the step and feeds the sampled tokens back through Complete.
+package scheduler
+
+import (
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
+)
+
+// Config bounds the batch.
+type Config struct {
+	MaxNumSeqs          int // running requests at most (vLLM --max-num-seqs)
+	MaxNumBatchedTokens int // tokens per step (vLLM --max-num-batched-tokens)
+	MaxModelLen         int // prompt + output tokens at most
+}
+
+// Status of a request.
+type Status uint8
+
+// Request states.
+const (
+	Waiting Status = iota
+	Running
+	Finished
+)
+
+// Request is one sequence. The caller fills the exported input fields before Add; the scheduler
+// owns the rest.
+type Request struct {
+	ID         string
+	Prompt     []uint32
+	MaxTokens  int    // output tokens at most (> 0)
+	LoRA       string // LoRA adapter name, hashed into every block
+	CacheSalt  string // hashed into the first block
+	ReportFull bool   // kv_cache_report_mode "full": re-announce hit blocks
+
+	Output       []uint32
+	NumComputed  int // tokens whose KV is in the cache
+	Status       Status
+	Preemptions  int
+	CachedTokens int // prompt tokens served by the prefix cache at the last admission
+
+	tokens    []uint32 // prompt then output
+	hashes    []blockhash.Hash
+	blocks    []kvcache.BlockID
+	numStored int // leading blocks already put into the prefix cache
+}
+
+// NumTokens is prompt plus output length.
+func (r *Request) NumTokens() int { return len(r.tokens) }
+
+// Scheduled is one request's share of a step.
+type Scheduled struct {
+	Req *Request
+	// NumNew tokens are computed this step, starting at context position Context.
+	NumNew  int
+	Context int
+	// Samples is true when the step ends this request's prompt (or is a decode), so the model
+	// emits a token for it.
+	Samples bool
+}
+
+// Output is the plan of one step.
+type Output struct {
+	Scheduled []Scheduled
+	Preempted []*Request
+	// PrefixQueries/PrefixHits count tokens looked up in / served by the prefix cache this step
+	// (vllm:prefix_cache_queries / _hits).
+	PrefixQueries, PrefixHits int
+}
+
+// NumTokens is the step's total scheduled tokens.
+func (o *Output) NumTokens() int {
+	n := 0
+	for _, s := range o.Scheduled {
+		n += s.NumNew
+	}
+	return n
+}
+
+// Scheduler is not safe for concurrent use.
+type Scheduler struct {
+	cfg     Config
+	cache   *kvcache.Cache
+	hasher  *blockhash.Hasher
+	waiting []*Request
+	running []*Request
+}
+
+// New returns a scheduler over cache, hashing blocks with hasher.
+func New(cfg Config, cache *kvcache.Cache, hasher *blockhash.Hasher) (*Scheduler, error) {
+	if cfg.MaxNumSeqs <= 0 || cfg.MaxNumBatchedTokens <= 0 || cfg.MaxModelLen <= 0 {
+		return nil, fmt.Errorf("scheduler limits must be positive: %+v", cfg)
+	}
+	return &Scheduler{cfg: cfg, cache: cache, hasher: hasher}, nil
+}
+
+// Add queues a request. It rejects requests that could never run.
+func (s *Scheduler) Add(r *Request) error {
+	if len(r.Prompt) == 0 {
+		return fmt.Errorf("request %s: empty prompt", r.ID)
+	}
+	if r.MaxTokens <= 0 {
+		return fmt.Errorf("request %s: max tokens must be positive", r.ID)
+	}
+	if len(r.Prompt) >= s.cfg.MaxModelLen {
+		return fmt.Errorf("request %s: prompt of %d tokens does not fit max model length %d", r.ID, len(r.Prompt), s.cfg.MaxModelLen)
+	}
+	need := (len(r.Prompt) + 1 + s.cache.BlockSize() - 1) / s.cache.BlockSize()
+	if need > s.cache.NumBlocks() {
+		return fmt.Errorf("request %s: prompt needs %d KV blocks, the cache has %d", r.ID, need, s.cache.NumBlocks())
+	}
+	r.tokens = append(make([]uint32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...)
+	r.Status = Waiting
+	s.waiting = append(s.waiting, r)
+	return nil
+}
+
+// Abort removes a request wherever it is and frees its blocks. It reports whether it was found.
+func (s *Scheduler) Abort(id string) bool {
+	for i, r := range s.waiting {
+		if r.ID == id {
+			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
+			s.release(r)
+			r.Status = Finished
+			return true
+		}
+	}
+	for i, r := range s.running {
+		if r.ID == id {
+			s.running = append(s.running[:i], s.running[i+1:]...)
+			s.release(r)
+			r.Status = Finished
+			return true
+		}
+	}
+	return false
+}
+
+// NumWaiting and NumRunning are the queue lengths.
+func (s *Scheduler) NumWaiting() int { return len(s.waiting) }
+
+// NumRunning is the number of admitted requests.
+func (s *Scheduler) NumRunning() int { return len(s.running) }
+
+// HasWork reports whether Schedule could do anything.
+func (s *Scheduler) HasWork() bool { return len(s.waiting)+len(s.running) > 0 }
+
+// Schedule plans one step.
+func (s *Scheduler) Schedule() Output {
+	var out Output
+	budget := s.cfg.MaxNumBatchedTokens
+	bs := s.cache.BlockSize()
+
+	// Running requests first, in admission order; when blocks run out the newest running request is
+	// preempted (possibly the one being scheduled).
+	for i := 0; i < len(s.running) && budget > 0; i++ {
+		r := s.running[i]
+		n := min(r.NumTokens()-r.NumComputed, budget)
+		if n <= 0 {
+			continue
+		}
+		need := blocksFor(r.NumComputed+n, bs) - len(r.blocks)
+		scheduled := true
+		for need > s.cache.NumFree() {
+			victim := s.running[len(s.running)-1]
+			s.running = s.running[:len(s.running)-1]
+			s.preempt(victim)
+			out.Preempted = append(out.Preempted, victim)
+			if victim == r {
+				scheduled = false
+				break
+			}
+		}
+		if !scheduled {
+			break
+		}
+		if need > 0 {
+			ids, _ := s.cache.Allocate(need)
+			r.blocks = append(r.blocks, ids...)
+		}
+		out.Scheduled = append(out.Scheduled, s.plan(r, n))
+		budget -= n
+	}
+
+	// Admit waiting requests while there is budget, room and memory; never in a step that had to
+	// preempt (the cache is already short).
+	for len(out.Preempted) == 0 && len(s.waiting) > 0 && budget > 0 && len(s.running) < s.cfg.MaxNumSeqs {
+		r := s.waiting[0]
+		s.extendHashes(r)
+		// The block holding the last token is never reused: its token must be computed to sample.
+		maxHit := (r.NumTokens() - 1) / bs
+		hits := s.cache.Lookup(r.hashes[:min(maxHit, len(r.hashes))])
+		hitTokens := len(hits) * bs
+		n := min(r.NumTokens()-hitTokens, budget)
+		need := blocksFor(hitTokens+n, bs) - len(hits)
+		if need > s.cache.NumFree()-s.cache.NumEvictable(hits) {
+			break
+		}
+		s.cache.Touch(hits)
+		ids, _ := s.cache.Allocate(need)
+		r.blocks = append(append(r.blocks[:0], hits...), ids...)
+		r.NumComputed = hitTokens
+		r.numStored = len(hits)
+		r.CachedTokens = hitTokens
+		r.Status = Running
+		out.PrefixQueries += r.NumTokens()
+		out.PrefixHits += hitTokens
+		if r.ReportFull && len(hits) > 0 {
+			s.cache.Announce(r.hashes[:len(hits)], blockhash.Hash{}, r.tokens[:hitTokens], r.LoRA, s.extraKeys(r, 0, len(hits)))
+		}
+		s.waiting = s.waiting[1:]
+		s.running = append(s.running, r)
+		out.Scheduled = append(out.Scheduled, s.plan(r, n))
+		budget -= n
+	}
+	return out
+}
+
+// plan records the step for r and caches the blocks it fills; vLLM caches full blocks when their
+// slots are allocated, so their BlockStored events belong to this step.
+func (s *Scheduler) plan(r *Request, n int) Scheduled {
+	sc := Scheduled{Req: r, NumNew: n, Context: r.NumComputed, Samples: r.NumComputed+n >= r.NumTokens()}
+	s.extendHashes(r)
+	full := min((r.NumComputed+n)/s.cache.BlockSize(), len(r.hashes))
+	if full > r.numStored {
+		bs := s.cache.BlockSize()
+		var parent blockhash.Hash
+		if r.numStored > 0 {
+			parent = r.hashes[r.numStored-1]
+		}
+		s.cache.Store(r.blocks[r.numStored:full], r.hashes[r.numStored:full], parent,
+			r.tokens[r.numStored*bs:full*bs], r.LoRA, s.extraKeys(r, r.numStored, full))
+		r.numStored = full
+	}
+	return sc
+}
+
+// Complete applies a step's results: computed tokens advance, sampled tokens are appended (tokens
+// maps each sampling request to its new token). It returns the requests that finished, whose
+// blocks go back to the free queue. A request finishes at MaxTokens outputs or at MaxModelLen.
+func (s *Scheduler) Complete(out Output, tokens func(r *Request) uint32) []*Request {
+	var done []*Request
+	for _, sc := range out.Scheduled {
+		r := sc.Req
+		if r.Status != Running {
+			continue
+		}
+		r.NumComputed += sc.NumNew
+		if !sc.Samples {
+			continue
+		}
+		t := tokens(r)
+		r.Output = append(r.Output, t)
+		r.tokens = append(r.tokens, t)
+		if len(r.Output) >= r.MaxTokens || r.NumTokens() >= s.cfg.MaxModelLen {
+			done = append(done, r)
+		}
+	}
+	for _, r := range done {
+		for i, x := range s.running {
+			if x == r {
+				s.running = append(s.running[:i], s.running[i+1:]...)
+				break
+			}
+		}
+		s.release(r)
+		r.Status = Finished
+	}
+	return done
+}
+
+// ResetPrefixCache clears the prefix cache if no request holds blocks.
+func (s *Scheduler) ResetPrefixCache() bool { return s.cache.Reset() }
+
+func (s *Scheduler) preempt(r *Request) {
+	s.release(r)
+	r.NumComputed = 0
+	r.numStored = 0
+	r.Status = Waiting
+	r.Preemptions++
+	s.waiting = append([]*Request{r}, s.waiting...)
+}
+
+// release frees r's blocks last-first so the end of the sequence is evicted before its prefix.
+func (s *Scheduler) release(r *Request) {
+	for i, j := 0, len(r.blocks)-1; i < j; i, j = i+1, j-1 {
+		r.blocks[i], r.blocks[j] = r.blocks[j], r.blocks[i]
+	}
+	s.cache.Free(r.blocks)
+	r.blocks = r.blocks[:0]
+}
+
+// extendHashes hashes every full block of r's known tokens not hashed yet.
+func (s *Scheduler) extendHashes(r *Request) {
+	bs := s.cache.BlockSize()
+	for n := len(r.hashes); (n+1)*bs <= len(r.tokens); n++ {
+		var parent blockhash.Hash
+		if n > 0 {
+			parent = r.hashes[n-1]
+		}
+		r.hashes = append(r.hashes, s.hasher.Block(parent, r.tokens[n*bs:(n+1)*bs], blockhash.ExtraKeys(r.LoRA, r.CacheSalt, n)))
+	}
+}
+
+func (s *Scheduler) extraKeys(r *Request, from, to int) [][]string {
+	out := make([][]string, to-from)
+	for i := range out {
+		out[i] = blockhash.ExtraKeys(r.LoRA, r.CacheSalt, from+i)
+	}
+	return out
+}
+
+func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / blockSize }

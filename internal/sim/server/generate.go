@@ -1,0 +1,345 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/sim/engine"
+)
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// commonParams are the sampling fields shared by both endpoints. Sampling itself is not modelled:
+// temperature, top_p and friends are accepted and ignored.
+type commonParams struct {
+	Model         string          `json:"model"`
+	MaxTokens     *int            `json:"max_tokens"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *streamOptions  `json:"stream_options"`
+	Seed          *int64          `json:"seed"`
+	N             *int            `json:"n"`
+	CacheSalt     string          `json:"cache_salt"`
+	VLLMXargs     map[string]any  `json:"vllm_xargs"`
+	RequestID     string          `json:"request_id"`
+	KVTransfer    json.RawMessage `json:"kv_transfer_params"`
+}
+
+type completionRequest struct {
+	commonParams
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+type chatRequest struct {
+	commonParams
+	Messages            []chatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
+	ContinueFinal       bool          `json:"continue_final_message"`
+	AddSpecialTokens    *bool         `json:"add_special_tokens"`
+}
+
+// promptTokens decodes the completions prompt forms: a string, a list of ids, or a one-element
+// list of either. Several prompts per request are not supported by the simulator.
+func (s *Server) promptTokens(raw json.RawMessage) ([]uint32, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("prompt is required")
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		return s.tok.Encode(str, true), nil
+	}
+	var ids []uint32
+	if json.Unmarshal(raw, &ids) == nil {
+		if len(ids) == 0 {
+			return nil, badRequest("prompt must not be empty")
+		}
+		return ids, nil
+	}
+	var strs []string
+	if json.Unmarshal(raw, &strs) == nil && len(strs) == 1 {
+		return s.tok.Encode(strs[0], true), nil
+	}
+	var idss [][]uint32
+	if json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0 {
+		return idss[0], nil
+	}
+	if len(strs) > 1 || len(idss) > 1 {
+		return nil, badRequest("vllm-sim serves one prompt per request; send several requests instead")
+	}
+	return nil, badRequest("prompt must be a string, a list of token ids, or a one-element list of either")
+}
+
+// job is a validated generation request.
+type job struct {
+	req     *engine.Request
+	stream  bool
+	usage   bool
+	model   string
+	reason  string // finish reason at MaxTokens
+	id      string
+	created int64
+	chat    bool
+	promptN int
+}
+
+func (s *Server) prepare(p commonParams, prompt []uint32, maxTokens *int, lora string, chat bool) (*job, error) {
+	if p.N != nil && *p.N != 1 {
+		return nil, badRequest("vllm-sim supports n=1 only")
+	}
+	maxLen := s.eng.Config().MaxModelLen
+	if len(prompt) >= maxLen {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "messages",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", maxLen, len(prompt))}
+	}
+	seed := seedFor(p.Seed, prompt)
+	reason := "length"
+	var n int
+	switch {
+	case maxTokens != nil:
+		n = *maxTokens
+		if n < 1 {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens", msg: fmt.Sprintf("max_tokens must be at least 1, got %d.", n)}
+		}
+		if len(prompt)+n > maxLen {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens",
+				msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", maxLen, len(prompt)+n, len(prompt), n)}
+		}
+	case chat:
+		// No limit: the simulated model stops on its own after a seed-determined length.
+		n, reason = min(naturalLength(seed), maxLen-len(prompt)), "stop"
+	default:
+		n = min(16, maxLen-len(prompt)) // the OpenAI completions default
+	}
+	report := false
+	if v, ok := p.VLLMXargs["kv_cache_report_mode"]; ok {
+		switch v {
+		case "full":
+			report = true
+		case "incremental":
+		default:
+			return nil, badRequest("kv_cache_report_mode must be \"incremental\" or \"full\"")
+		}
+	}
+	model := p.Model
+	if model == "" {
+		model = s.opt.ServedModelNames[0]
+	}
+	prefix := "cmpl"
+	if chat {
+		prefix = "chatcmpl"
+	}
+	id := p.RequestID
+	if id == "" {
+		id = s.nextID(prefix)
+	}
+	j := &job{
+		req:     &engine.Request{ID: id, Prompt: prompt, MaxTokens: n, Seed: seed, LoRA: lora, CacheSalt: p.CacheSalt, ReportFull: report},
+		stream:  p.Stream,
+		usage:   p.StreamOptions != nil && p.StreamOptions.IncludeUsage,
+		model:   model,
+		reason:  reason,
+		id:      id,
+		created: time.Now().Unix(),
+		chat:    chat,
+		promptN: len(prompt),
+	}
+	if !s.opt.PrefixCaching {
+		// Without prefix caching no two requests share blocks: a unique salt gives every request
+		// its own hash chain, which is exactly vLLM's behaviour from the router's point of view.
+		j.req.CacheSalt = "nocache:" + id
+	}
+	return j, nil
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	lora, err := s.resolveModel(req.Model)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.slowTokenizer()
+	prompt, err := s.promptTokens(req.Prompt)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	j, err := s.prepare(req.commonParams, prompt, req.MaxTokens, lora, false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.run(w, r, j)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	lora, err := s.resolveModel(req.Model)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.slowTokenizer()
+	prompt, err := s.chatTokens(req.Messages, boolOr(req.AddGenerationPrompt, true), req.ContinueFinal, boolOr(req.AddSpecialTokens, false))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	maxTokens := req.MaxCompletionTokens
+	if maxTokens == nil {
+		maxTokens = req.MaxTokens
+	}
+	j, err := s.prepare(req.commonParams, prompt, maxTokens, lora, true)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.run(w, r, j)
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
+	if s.shouldFail() {
+		writeError(w, fmt.Errorf("injected failure"))
+		return
+	}
+	f, err := s.submit(j.req, j.reason)
+	if err != nil {
+		writeError(w, badRequest("%v", err))
+		return
+	}
+	if j.stream {
+		s.stream(w, r, j, f)
+		return
+	}
+	var out []uint32
+	cached := 0
+	for {
+		select {
+		case <-r.Context().Done():
+			s.abort(j.req)
+			return
+		case d := <-f.ch:
+			if d.err != nil {
+				writeError(w, d.err)
+				return
+			}
+			out = append(out, d.token)
+			cached = d.cached
+			if !d.last {
+				continue
+			}
+			text := s.tok.Decode(out, true)
+			var choice map[string]any
+			if j.chat {
+				choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}},
+					"logprobs": nil, "finish_reason": j.reason, "stop_reason": nil}
+			} else {
+				choice = map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": j.reason, "stop_reason": nil, "prompt_logprobs": nil}
+			}
+			writeJSON(w, http.StatusOK, map[string]any{
+				"id": j.id, "object": objectName(j.chat, false), "created": j.created, "model": j.model,
+				"choices": []any{choice}, "usage": usage(j.promptN, len(out), cached),
+			})
+			return
+		}
+	}
+}
+
+func objectName(chat, chunk bool) string {
+	switch {
+	case chat && chunk:
+		return "chat.completion.chunk"
+	case chat:
+		return "chat.completion"
+	default:
+		return "text_completion"
+	}
+}
+
+func usage(prompt, completion, cached int) map[string]any {
+	return map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+		"prompt_tokens_details": map[string]any{"cached_tokens": cached}}
+}
+
+// stream writes Server-Sent Events the way vLLM does: one chunk per token, the finish reason on
+// the last token's chunk, an optional usage chunk with no choices, then "data: [DONE]".
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, f *flight) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	send := func(v any) bool {
+		b, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	chunk := func(choice map[string]any) map[string]any {
+		return map[string]any{"id": j.id, "object": objectName(j.chat, true), "created": j.created, "model": j.model, "choices": []any{choice}}
+	}
+	if j.chat && !send(chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})) {
+		s.abort(j.req)
+		return
+	}
+	n := 0
+	for {
+		select {
+		case <-r.Context().Done():
+			s.abort(j.req)
+			return
+		case d := <-f.ch:
+			if d.err != nil {
+				// Headers are gone; vLLM reports mid-stream errors as an error event.
+				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": d.err.Error(), "type": "InternalServerError", "param": nil, "code": 500}})
+				fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+				return
+			}
+			n++
+			text := s.tok.Decode([]uint32{d.token}, true)
+			var finish any
+			if d.last {
+				finish = j.reason
+			}
+			var c map[string]any
+			if j.chat {
+				c = chunk(map[string]any{"index": 0, "delta": map[string]any{"content": text}, "logprobs": nil, "finish_reason": finish, "stop_reason": nil})
+			} else {
+				c = chunk(map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish, "stop_reason": nil})
+			}
+			if !send(c) {
+				if !d.last {
+					s.abort(j.req)
+				}
+				return
+			}
+			if !d.last {
+				continue
+			}
+			if j.usage {
+				send(map[string]any{"id": j.id, "object": objectName(j.chat, true), "created": j.created, "model": j.model,
+					"choices": []any{}, "usage": usage(j.promptN, n, d.cached)})
+			}
+			fmt.Fprint(w, "data: [DONE]\n\n")
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return
+		}
+	}
+}

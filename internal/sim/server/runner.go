@@ -1,0 +1,281 @@
+// Package server serves one simulated engine over vLLM's HTTP API (OpenAI completions and chat,
+// /tokenize, /metrics, ...) and runs the engine core in real time: each step sleeps for its
+// simulated duration divided by the time scale, then delivers its tokens and publishes its KV events.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/sim/engine"
+	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
+	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
+	"github.com/kvrouter/kvrouter/internal/tokenizer"
+)
+
+// Options configure a Server.
+type Options struct {
+	// ServedModelNames are the names clients may ask for; the first is reported in responses and
+	// metrics. ModelPath is vLLM's --model (the "root" in /v1/models).
+	ServedModelNames []string
+	ModelPath        string
+	// LoRAModules maps adapter names (accepted as model names) to their paths.
+	LoRAModules map[string]string
+	// TimeScale runs simulated time this many times faster than wall time (1 = real time).
+	TimeScale float64
+	// PrefixCaching false makes every lookup miss (vLLM --no-enable-prefix-caching).
+	PrefixCaching bool
+	HashAlgo      string
+	// Publisher receives each step's KV events; nil disables events.
+	Publisher *kvpublish.Publisher
+	// KVEventSources is what GET /kv_event_sources reports.
+	KVEventSources []KVEventSource
+	Tokenizer      *tokenizer.Tokenizer
+	Faults         Faults
+	Logger         *slog.Logger
+}
+
+// KVEventSource is one entry of GET /kv_event_sources.
+type KVEventSource struct {
+	DataParallelRank int    `json:"data_parallel_rank"`
+	Endpoint         string `json:"endpoint"`
+	ReplayEndpoint   string `json:"replay_endpoint,omitempty"`
+	Topic            string `json:"topic"`
+}
+
+// Faults are the injectable failures; they can be changed at run time through POST /sim/faults.
+type Faults struct {
+	// FailFraction of requests fail with HTTP 500 before reaching the engine.
+	FailFraction float64 `json:"failFraction"`
+	// TokenizeDelay is added to every tokenization (a slow tokenizer).
+	TokenizeDelay time.Duration `json:"tokenizeDelay"`
+	// EventDelay holds KV event batches back before they are sent.
+	EventDelay time.Duration `json:"eventDelay"`
+}
+
+// Server is one simulated engine with its HTTP API.
+type Server struct {
+	opt  Options
+	log  *slog.Logger
+	tok  *tokenizer.Tokenizer
+	met  *metrics
+	wake chan struct{}
+
+	mu       sync.Mutex // guards eng, inflight, faults, anchors
+	eng      *engine.Engine
+	inflight map[*engine.Request]*flight
+	faults   Faults
+	// Wall-clock anchor of virtual time: virtual = virtAnchor + (wall - wallAnchor)·scale.
+	wallAnchor time.Time
+	virtAnchor float64
+	seq        uint64
+	rng        *rand.Rand
+}
+
+// flight is the HTTP side of one engine request.
+type flight struct {
+	ch          chan delivery
+	lastTokenAt float64
+	reason      string // finish reason reported when the engine stops at MaxTokens
+}
+
+type delivery struct {
+	token  uint32
+	first  bool
+	last   bool
+	cached int
+	err    error
+}
+
+const minSleep = time.Millisecond
+
+var errRestarted = errors.New("engine restarted; request dropped")
+
+// New wraps eng. Run must be called to make progress.
+func New(eng *engine.Engine, opt Options) *Server {
+	if opt.TimeScale <= 0 {
+		opt.TimeScale = 1
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Tokenizer == nil {
+		opt.Tokenizer = tokenizer.New()
+	}
+	if len(opt.ServedModelNames) == 0 {
+		opt.ServedModelNames = []string{opt.ModelPath}
+	}
+	s := &Server{
+		opt:      opt,
+		log:      opt.Logger,
+		tok:      opt.Tokenizer,
+		met:      newMetrics(opt.ServedModelNames[0], eng.Config(), opt.HashAlgo, opt.PrefixCaching),
+		wake:     make(chan struct{}, 1),
+		eng:      eng,
+		inflight: make(map[*engine.Request]*flight),
+		faults:   opt.Faults,
+		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
+	}
+	if opt.Publisher != nil && opt.Faults.EventDelay > 0 {
+		opt.Publisher.SetDelay(opt.Faults.EventDelay)
+	}
+	return s
+}
+
+// virtualNow must be called with s.mu held.
+func (s *Server) virtualNow() float64 {
+	return s.virtAnchor + time.Since(s.wallAnchor).Seconds()*s.opt.TimeScale
+}
+
+// Run drives the engine until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	s.mu.Lock()
+	s.wallAnchor, s.virtAnchor = time.Now(), s.eng.Now()
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		if !s.eng.HasWork() {
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+			}
+			continue
+		}
+		res := s.eng.Step()
+		st := s.eng.Stats()
+		s.met.observeStep(res, st)
+		end := s.eng.Now()
+		wait := s.wallAnchor.Add(time.Duration((end - s.virtAnchor) / s.opt.TimeScale * float64(time.Second)))
+		s.mu.Unlock()
+
+		// The step "runs on the GPU" for its duration; its results appear at its end. Sleeps
+		// shorter than a timer tick are skipped: the anchor is cumulative, so a later sleep makes
+		// up for them, and tiny timers would make a high time scale wait on timer latency instead.
+		if d := time.Until(wait); d > minSleep {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		} else if d < -50*time.Millisecond {
+			// The host cannot keep up with the time scale: let virtual time run slower rather
+			// than rush through a backlog of steps.
+			s.mu.Lock()
+			s.wallAnchor, s.virtAnchor = time.Now(), end
+			s.mu.Unlock()
+		}
+		if s.opt.Publisher != nil && len(res.Events) > 0 {
+			s.opt.Publisher.Publish(kvevent.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: res.Events})
+		}
+		s.deliver(res)
+	}
+}
+
+func (s *Server) deliver(res engine.StepResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range res.Tokens {
+		f := s.inflight[t.Req]
+		if f == nil {
+			continue
+		}
+		if t.First {
+			s.met.ttft.With(s.met.labels).Observe(t.Req.FirstTokenAt - t.Req.Arrival)
+			s.met.queue.With(s.met.labels).Observe(t.Req.ScheduledAt - t.Req.Arrival)
+		} else {
+			s.met.itl.With(s.met.labels).Observe(res.Start + res.Duration - f.lastTokenAt)
+		}
+		f.lastTokenAt = res.Start + res.Duration
+		// The channel holds MaxTokens deliveries, so this never blocks the engine.
+		f.ch <- delivery{token: t.ID, first: t.First, last: t.Last, cached: t.Req.CachedTokens()}
+		if t.Last {
+			s.met.observeFinished(t.Req, f.reason)
+			delete(s.inflight, t.Req)
+		}
+	}
+}
+
+// submit queues r and returns its delivery channel.
+func (s *Server) submit(r *engine.Request, reason string) (*flight, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.eng.HasWork() {
+		// Idle time passes in virtual time too.
+		s.eng.AdvanceTo(s.virtualNow())
+		s.wallAnchor, s.virtAnchor = time.Now(), s.eng.Now()
+	}
+	if err := s.eng.Submit(r); err != nil {
+		return nil, err
+	}
+	f := &flight{ch: make(chan delivery, r.MaxTokens+1), reason: reason}
+	s.inflight[r] = f
+	s.met.waiting.With(s.met.labels).Set(float64(s.eng.Stats().Waiting))
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return f, nil
+}
+
+// abort cancels an unfinished request (client gone).
+func (s *Server) abort(r *engine.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.inflight[r]; !ok {
+		return
+	}
+	delete(s.inflight, r)
+	s.eng.Abort(r.ID)
+	s.met.success.WithLabelValues(s.met.labels["model_name"], "0", "abort").Inc()
+}
+
+// Restart simulates an engine process restart: in-flight requests fail, the cache empties and the
+// KV event sequence starts again at 0.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dropped, err := s.eng.Restart()
+	if err != nil {
+		return err
+	}
+	for _, r := range dropped {
+		if f := s.inflight[r]; f != nil {
+			f.ch <- delivery{err: errRestarted}
+			delete(s.inflight, r)
+		}
+	}
+	if s.opt.Publisher != nil {
+		s.opt.Publisher.Reset()
+	}
+	s.log.Info("engine restarted", "dropped_requests", len(dropped))
+	return nil
+}
+
+func (s *Server) nextID(prefix string) string {
+	s.mu.Lock()
+	s.seq++
+	n := s.seq
+	s.mu.Unlock()
+	return prefix + "-" + itoa36(n) + "-" + itoa36(uint64(time.Now().UnixNano())&0xffffff)
+}
+
+func itoa36(n uint64) string {
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	if n == 0 {
+		return "0"
+	}
+	var b [16]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = digits[n%36]
+		n /= 36
+	}
+	return string(b[i:])
+}
