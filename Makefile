@@ -55,12 +55,31 @@ test: envtest ## Run unit and envtest suites.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane.
-	$(GO) test $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v /test/envtest)
+test-unit: ## Run the tests that need no control plane (envtest suites are named TestEnvtest*).
+	$(GO) test $(GOTEST_FLAGS) -skip '^TestEnvtest' $$($(GO) list ./... | grep -v /test/envtest)
+
+.PHONY: test-operator
+test-operator: envtest ## Run the operator's tests: the envtest suite (real kube-apiserver + Gateway API, KEDA, LWS CRDs) and the manager.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/controller/... ./cmd/manager/...
 
 .PHONY: kustomize-build
 kustomize-build: ## Render config/default (what `kubectl kustomize config/default` prints).
 	$(KUSTOMIZE) build config/default
+
+##@ Demo and benchmarks
+
+.PHONY: demo
+demo: ## Run 4 simulated engines behind the router; compare round-robin with kvrouter live (out/demo/).
+	hack/demo.sh
+
+BENCH_WORKLOADS ?= $(wildcard bench/workloads/*.yaml)
+BENCH_OUT ?= out/bench
+TRACES ?= ../shared/traces
+
+.PHONY: bench
+bench: ## Simulate every workload in bench/workloads through every policy (out/bench/).
+	$(GO) build -o $(BIN)/ ./cmd/kvbench
+	$(BIN)/kvbench simulate --traces $(TRACES) --out $(BENCH_OUT) $(BENCH_WORKLOADS)
 
 ##@ Deploy
 

@@ -71,8 +71,10 @@ type ModelSpec struct {
 }
 
 // EngineSpec configures the vLLM engine replicas.
-// +kubebuilder:validation:XValidation:rule="self.tensorParallelSize <= self.gpu.perNode",message="spec.engine.tensorParallelSize must not exceed spec.engine.gpu.perNode (the GPUs one node has): split larger models across nodes with nodesPerReplica"
-// +kubebuilder:validation:XValidation:rule="self.nodesPerReplica == 1 || self.tensorParallelSize == self.gpu.perNode",message="spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode: each node of a multi-node replica must be filled by tensor parallelism (pipeline parallelism spans the nodes)"
+// The rules guard with has(): the API server checks them against the schema default of
+// spec.engine ({}) before nested defaults fill it, and would refuse the CRD otherwise.
+// +kubebuilder:validation:XValidation:rule="!has(self.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.perNode) || self.tensorParallelSize <= self.gpu.perNode",message="spec.engine.tensorParallelSize must not exceed spec.engine.gpu.perNode (the GPUs one node has): split larger models across nodes with nodesPerReplica"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodesPerReplica) || self.nodesPerReplica == 1 || !has(self.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.perNode) || self.tensorParallelSize == self.gpu.perNode",message="spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode: each node of a multi-node replica must be filled by tensor parallelism (pipeline parallelism spans the nodes)"
 type EngineSpec struct {
 	// Image is the vLLM image. It must publish KV events (vLLM v0.9 or newer).
 	// +kubebuilder:default="vllm/vllm-openai:v0.26.0"

@@ -1,0 +1,194 @@
+// Command manager is the kvrouter operator. `manager` runs the controller; `manager render -f
+// FILE` prints the objects of a KVRouter manifest without a cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kvrouter/kvrouter/internal/controller"
+	"github.com/kvrouter/kvrouter/internal/render"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "render" {
+		return runRender(args[1:], stdout, stderr)
+	}
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	return runManager(ctrl.SetupSignalHandler(), cfg, stderr)
+}
+
+// managerConfig is the manager's command line.
+type managerConfig struct {
+	kubeconfig        string
+	metricsAddr       string
+	probeAddr         string
+	leaderElect       bool
+	leaderElectionID  string
+	leaderElectionNS  string
+	image             string
+	watchNamespaces   []string
+	labelAllowList    []string
+	labelAllowListSet bool
+	recheckInterval   time.Duration
+	zap               zap.Options
+}
+
+func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
+	c := &managerConfig{}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage:\n  manager [flags]           run the operator\n  manager render -f FILE    print the objects of a KVRouter manifest\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty: in-cluster config, then $KUBECONFIG, then ~/.kube/config")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
+	fs.StringVar(&c.leaderElectionID, "leader-election-id", "kvrouter-operator.serving.kvrouter.dev", "name of the leader election Lease")
+	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty: the manager's own namespace")
+	defaultImage := os.Getenv("KVROUTER_IMAGE")
+	if defaultImage == "" {
+		defaultImage = render.DefaultImage
+	}
+	fs.StringVar(&c.image, "kvrouter-image", defaultImage, "image that runs the router (and vllm-sim in simulate mode); default $KVROUTER_IMAGE")
+	watch := fs.String("watch-namespaces", "", "comma-separated namespaces to reconcile KVRouters in; empty: all")
+	allow := fs.String("label-allow-list", "", "comma-separated label keys copied from a KVRouter to its children (default "+strings.Join(render.DefaultLabelAllowList, ",")+"); \"-\" copies none")
+	fs.DurationVar(&c.recheckInterval, "crd-recheck-interval", controller.DefaultRecheckInterval, "how often optional CRDs (Gateway API, KEDA, LeaderWorkerSet) are rediscovered")
+	c.zap.BindFlags(fs)
+
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.watchNamespaces = splitList(*watch)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "label-allow-list" {
+			c.labelAllowListSet = true
+		}
+	})
+	if c.labelAllowListSet {
+		c.labelAllowList = []string{} // non-nil: exactly this list, possibly empty
+		if *allow != "-" {
+			c.labelAllowList = append(c.labelAllowList, splitList(*allow)...)
+		}
+	}
+	if c.recheckInterval <= 0 {
+		fmt.Fprintln(stderr, "--crd-recheck-interval must be positive")
+		return nil, errors.New("--crd-recheck-interval must be positive")
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return ctrl.GetConfig()
+}
+
+// runManager runs the operator until ctx ends (SIGTERM in production) and returns the exit code.
+func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
+	c.zap.DestWriter = stderr
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&c.zap)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg, err := restConfig(c.kubeconfig)
+	if err != nil {
+		log.Error(err, "loading the cluster configuration")
+		return 1
+	}
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		log.Error(err, "building the scheme")
+		return 1
+	}
+	cacheOpts := controller.CacheOptions()
+	if len(c.watchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range c.watchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress:  c.probeAddr,
+		LeaderElection:          c.leaderElect,
+		LeaderElectionID:        c.leaderElectionID,
+		LeaderElectionNamespace: c.leaderElectionNS,
+		// The manager exits right after it loses the lease; a new leader starts faster when
+		// the old one hands the lease back on shutdown.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		return 1
+	}
+	r := &controller.KVRouterReconciler{
+		Client:          mgr.GetClient(),
+		Scheme:          mgr.GetScheme(),
+		Recorder:        mgr.GetEventRecorder("kvrouter-operator"),
+		RenderOptions:   render.Options{Image: c.image, LabelAllowList: c.labelAllowList},
+		RecheckInterval: c.recheckInterval,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the KVRouter controller")
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding the health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "adding the readiness check")
+		return 1
+	}
+	log.Info("starting the manager", "image", c.image, "leaderElection", c.leaderElect, "watchNamespaces", c.watchNamespaces)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "running the manager")
+		return 1
+	}
+	return 0
+}

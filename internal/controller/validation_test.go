@@ -1,0 +1,46 @@
+package controller
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// The CRD's schema and CEL rules refuse bad specs at the API server, with messages that name the
+// field, before the operator ever sees them.
+var _ = Describe("KVRouter validation", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace(k8sClient) })
+
+	DescribeTable("refuses invalid specs with a message naming the field",
+		func(kvr *kvrWrapper, message string) {
+			obj := kvr.Obj()
+			obj.Namespace = ns // entries are built before the namespace exists
+			err := k8sClient.Create(context.Background(), obj)
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want Invalid, got %v", err)
+			Expect(err.Error()).To(ContainSubstring(message))
+		},
+		Entry("maxReplicas below minReplicas",
+			makeKVRouter("", "bad-bounds").Autoscaling(4, 2),
+			"spec.autoscaling.maxReplicas must be greater than or equal to spec.autoscaling.minReplicas"),
+		Entry("tensor parallelism wider than a node",
+			makeKVRouter("", "bad-tp").TP(16),
+			"spec.engine.tensorParallelSize must not exceed spec.engine.gpu.perNode"),
+		Entry("a multi-node replica whose nodes tensor parallelism does not fill",
+			makeKVRouter("", "bad-multinode").MultiNode(2, 8).TP(4),
+			"spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode"),
+		Entry("an unknown routing policy",
+			makeKVRouter("", "bad-policy").Policy("Fastest"),
+			`spec.router.policy: Unsupported value: "Fastest"`),
+		Entry("a tensor parallel size that is not a power of two",
+			makeKVRouter("", "bad-tp-enum").TP(3),
+			"spec.engine.tensorParallelSize: Unsupported value: 3"),
+	)
+
+	It("accepts a valid multi-node spec", func() {
+		kvr := makeKVRouter(ns, "good-multinode").MultiNode(2, 8).Obj()
+		Expect(k8sClient.Create(context.Background(), kvr)).To(Succeed())
+	})
+})
