@@ -10,7 +10,8 @@ TOOLS := $(GO) tool -modfile=hack/tools/go.mod
 CONTROLLER_GEN := $(TOOLS) controller-gen
 KUSTOMIZE := $(TOOLS) kustomize
 GOTEST_FLAGS ?=
-IMG ?= ghcr.io/kvrouter/kvrouter:dev
+# IMG overrides the operator (and router) image in `make deploy`; empty keeps config/manager's.
+IMG ?=
 
 .PHONY: all
 all: build
@@ -88,8 +89,15 @@ install: ## Install the CRD into the cluster in your kubeconfig.
 	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
 
 .PHONY: deploy
-deploy: ## Deploy the operator into the cluster in your kubeconfig.
-	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+deploy: ## Deploy the operator into the cluster in your kubeconfig (IMG=repo:tag to choose the image).
+	$(MAKE) -s deploy-manifests | kubectl apply --server-side -f -
+
+.PHONY: deploy-manifests
+deploy-manifests: ## Print what `make deploy` applies (IMG=repo:tag sets the operator and router image).
+	@$(GO) build -modfile=hack/tools/go.mod -o $(BIN)/kustomize sigs.k8s.io/kustomize/kustomize/v5
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r config "$$tmp/"; \
+	if [[ -n "$(IMG)" ]]; then (cd "$$tmp/config/manager" && $(BIN)/kustomize edit set image kvrouter=$(IMG)); fi; \
+	$(BIN)/kustomize build "$$tmp/config/default"
 
 .PHONY: help
 help: ## Show this help.
