@@ -1,0 +1,89 @@
+//go:build libzmq
+
+package kvstream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// LibZMQ is the transport over libzmq via cgo (build tag libzmq; needs libzmq3-dev). It exists
+// to compare with the pure-Go default; see docs/benchmarks.md for why the default stays GoZMQ.
+type LibZMQ struct{}
+
+type libSub struct {
+	ctx context.Context
+	s   *zmq.Socket
+}
+
+// poll bounds how long a blocking libzmq receive ignores context cancellation.
+const poll = 200 * time.Millisecond
+
+func (l libSub) Recv() ([][]byte, error) {
+	for {
+		frames, err := l.s.RecvMessageBytes(0)
+		if err == nil {
+			return frames, nil
+		}
+		if zmq.AsErrno(err) != zmq.Errno(11) { // EAGAIN: the receive timeout passed
+			return nil, err
+		}
+		if l.ctx.Err() != nil {
+			return nil, l.ctx.Err()
+		}
+	}
+}
+
+func (l libSub) Close() error { return l.s.Close() }
+
+// Subscribe implements Transport; libzmq reconnects by itself and applies hwm as RCVHWM.
+func (LibZMQ) Subscribe(ctx context.Context, url, topic string, hwm int) (SubSocket, error) {
+	s, err := zmq.NewSocket(zmq.SUB)
+	if err != nil {
+		return nil, err
+	}
+	err = errors.Join(s.SetRcvhwm(hwm), s.SetRcvtimeo(poll), s.SetLinger(0), s.Connect(url), s.SetSubscribe(topic))
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return libSub{ctx: ctx, s: s}, nil
+}
+
+// Replay implements Transport.
+func (LibZMQ) Replay(ctx context.Context, url string, from uint64, timeout time.Duration) ([]Message, error) {
+	s, err := zmq.NewSocket(zmq.DEALER)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if err := errors.Join(s.SetRcvtimeo(timeout), s.SetLinger(0), s.Connect(url)); err != nil {
+		return nil, err
+	}
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], from)
+	if _, err := s.SendMessage([]byte{}, seq[:]); err != nil {
+		return nil, err
+	}
+	var out []Message
+	for ctx.Err() == nil {
+		frames, err := s.RecvMessageBytes(0)
+		if err != nil {
+			return out, fmt.Errorf("replay from %d: %w", from, err)
+		}
+		m, end, err := parseReplay(frames)
+		if err != nil {
+			return out, err
+		}
+		if end {
+			return out, nil
+		}
+		out = append(out, m)
+	}
+	return out, ctx.Err()
+}
