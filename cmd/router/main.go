@@ -1,0 +1,304 @@
+// Command router is kvrouter's data plane: an OpenAI-compatible proxy in front of a fleet of
+// vLLM engines that routes each request on an exact index of the engines' KV caches and on load.
+//
+//	router --port 8080 --endpoints-file endpoints.yaml
+//	router --port 8080 --discovery kubernetes --namespace NS --selector app.kubernetes.io/component=engine,...
+//
+// See docs/router.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kvrouter/kvrouter/internal/discovery"
+	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/kvstream"
+	"github.com/kvrouter/kvrouter/internal/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/policy"
+	"github.com/kvrouter/kvrouter/internal/proxy"
+)
+
+type options struct {
+	host, discovery, namespace, selector, endpointsFile string
+	port, enginePort, eventsPort, replayPort, dpRanks   int
+	blockSize                                           int
+	policy, model, sessionHeader, reportMode, logLevel  string
+	maxBody                                             int64
+	maxInFlight                                         int
+	saturationFactor, targetTTFT                        float64
+	scrapeInterval, tokenizeTimeout, shutdownGrace      time.Duration
+	streamIdle, headerTimeout                           time.Duration
+	noEvents                                            bool
+	pprofAddr                                           string
+	indexMaxKeys                                        int
+	predictTTL                                          time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.host, "host", "", "address to listen on (empty: all interfaces)")
+	fs.IntVar(&o.port, "port", 8080, "HTTP port")
+	fs.StringVar(&o.discovery, "discovery", "", "endpoint discovery: file or kubernetes (default: file when --endpoints-file is set)")
+	fs.StringVar(&o.endpointsFile, "endpoints-file", "", "YAML file listing the engines (watched for changes)")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the engine pods (kubernetes discovery)")
+	fs.StringVar(&o.selector, "selector", "", "label selector of the engine pods (kubernetes discovery)")
+	fs.IntVar(&o.enginePort, "engine-port", 8000, "engine HTTP port when the pod does not name a port 'http'")
+	fs.IntVar(&o.eventsPort, "kv-events-port", 5557, "engine KV-events port when the pod does not name a port 'kv-events' (0: none)")
+	fs.IntVar(&o.replayPort, "kv-replay-port", 5558, "engine KV-replay port when the pod does not name a port 'kv-replay' (0: none)")
+	fs.IntVar(&o.dpRanks, "dp-ranks", 1, "data-parallel ranks per engine pod (kubernetes discovery)")
+	fs.IntVar(&o.blockSize, "block-size", 16, "engines' KV block size in tokens")
+	fs.StringVar(&o.policy, "policy", string(policy.Auto), "routing policy: Auto, PrefillBound, DecodeBound, RoundRobin, LeastLoaded, PrefixOnly")
+	fs.StringVar(&o.model, "model", "", "served model name to accept (empty: what the engines list)")
+	fs.StringVar(&o.sessionHeader, "session-header", "", "request header whose value keeps a session on one engine among equals")
+	fs.StringVar(&o.reportMode, "kv-cache-report-mode", "", `set to "full" to inject vllm_xargs.kv_cache_report_mode=full into requests`)
+	fs.Int64Var(&o.maxBody, "max-body-bytes", 16<<20, "largest accepted request body")
+	fs.IntVar(&o.maxInFlight, "max-inflight-per-endpoint", 0, "admission limit per endpoint (0: none); beyond it on every endpoint: 503")
+	fs.Float64Var(&o.saturationFactor, "saturation-factor", 1.5, "prefix holder is saturated above this multiple of the best predicted TTFT")
+	fs.Float64Var(&o.targetTTFT, "target-ttft", 0, "optional TTFT target in seconds: a holder predicted above it is released to any faster endpoint")
+	fs.DurationVar(&o.scrapeInterval, "scrape-interval", time.Second, "interval of engine /metrics scrapes")
+	fs.DurationVar(&o.tokenizeTimeout, "tokenize-timeout", 2*time.Second, "timeout of one /tokenize call")
+	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 5*time.Minute, "abort an engine response silent for this long")
+	fs.DurationVar(&o.headerTimeout, "upstream-header-timeout", 10*time.Minute, "wait for an engine's response headers (non-streaming answers arrive whole)")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	fs.BoolVar(&o.noEvents, "no-kv-events", false, "do not subscribe to KV events (route by load only)")
+	fs.IntVar(&o.indexMaxKeys, "index-max-keys", 0, "cap on distinct prefix blocks in the index (0: the index's default)")
+	fs.DurationVar(&o.predictTTL, "predict-ttl", 2*time.Second, "lifetime of predicted index entries")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.discovery == "" {
+		o.discovery = "file"
+		if o.endpointsFile == "" {
+			return nil, errors.New("give --endpoints-file, or --discovery kubernetes with --namespace and --selector")
+		}
+	}
+	switch o.discovery {
+	case "file":
+		if o.endpointsFile == "" {
+			return nil, errors.New("--discovery file needs --endpoints-file")
+		}
+	case "kubernetes":
+		if o.namespace == "" || o.selector == "" {
+			return nil, errors.New("--discovery kubernetes needs --namespace and --selector")
+		}
+	default:
+		return nil, fmt.Errorf("--discovery %q: want file or kubernetes", o.discovery)
+	}
+	if _, err := policy.ParseKind(o.policy); err != nil {
+		return nil, err
+	}
+	if o.reportMode != "" && o.reportMode != "full" && o.reportMode != "incremental" {
+		return nil, fmt.Errorf("--kv-cache-report-mode %q: want full or incremental", o.reportMode)
+	}
+	if o.blockSize <= 0 {
+		return nil, fmt.Errorf("--block-size %d: must be positive", o.blockSize)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level string) logr.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func run(ctx context.Context, o *options) error {
+	log := newLogger(o.logLevel)
+	kind, _ := policy.ParseKind(o.policy)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var index *kvindex.Index
+	var streams *kvstream.Manager
+	if !o.noEvents {
+		index = kvindex.New(kvindex.Config{BlockSize: o.blockSize, MaxKeys: o.indexMaxKeys, PredictTTL: o.predictTTL})
+		streams = kvstream.NewManager(index, kvstream.Config{Logger: log.WithName("kvstream")})
+		for _, c := range []any{index, streams} {
+			if c, ok := c.(prometheus.Collector); ok {
+				reg.MustRegister(c)
+			}
+		}
+	}
+	tracker := loadsignal.NewTracker()
+	cfg := proxy.Config{
+		Policy: policy.Config{Kind: kind, BlockSize: o.blockSize, MaxInFlight: o.maxInFlight,
+			SaturationFactor: o.saturationFactor, TargetTTFT: o.targetTTFT},
+		Model: o.model, SessionHeader: o.sessionHeader, MaxBodyBytes: o.maxBody,
+		ReportModeFull: o.reportMode == "full", UpstreamHeaderTimeout: o.headerTimeout,
+		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout,
+	}
+	var srvIndex proxy.Index
+	var srvStreams proxy.StreamStatus
+	if index != nil {
+		srvIndex, srvStreams = index, streams
+	}
+	srv := proxy.New(cfg, log.WithName("proxy"), srvIndex, srvStreams, tracker, reg)
+
+	var source discovery.Source
+	if o.discovery == "file" {
+		source = &discovery.File{Path: o.endpointsFile, Log: log.WithName("discovery")}
+	} else {
+		sel, err := labels.Parse(o.selector)
+		if err != nil {
+			return fmt.Errorf("--selector: %w", err)
+		}
+		rc, err := restConfig()
+		if err != nil {
+			return err
+		}
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		source = &discovery.Kubernetes{Client: cs, Namespace: o.namespace, Selector: sel, HTTPPort: o.enginePort,
+			EventsPort: o.eventsPort, ReplayPort: o.replayPort, DPRanks: o.dpRanks, Log: log.WithName("discovery")}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 4)
+	update := func(eps []discovery.Endpoint) {
+		srv.SetEndpoints(eps)
+		if streams != nil {
+			subs := make([]kvstream.Endpoint, 0, len(eps))
+			for _, e := range eps {
+				if e.KVEvents == "" {
+					continue
+				}
+				subs = append(subs, kvstream.Endpoint{Name: e.Name, EventsURL: e.KVEvents, ReplayURL: e.KVReplay,
+					DPRanks: e.Ranks()})
+			}
+			streams.SetEndpoints(subs)
+		}
+	}
+	go func() {
+		if err := source.Run(ctx, update); err != nil {
+			errc <- fmt.Errorf("discovery: %w", err)
+		}
+	}()
+	if streams != nil {
+		go func() {
+			if err := streams.Start(ctx); err != nil {
+				errc <- fmt.Errorf("kv events: %w", err)
+			}
+		}()
+	}
+	scraper := &loadsignal.Scraper{Tracker: tracker, Client: srv.HTTPClient(), Targets: srv.ScrapeTargets,
+		Interval: o.scrapeInterval}
+	go scraper.Run(ctx)
+	go srv.Run(ctx)
+
+	if o.pprofAddr != "" {
+		// A separate listener, so profiling is never exposed on the serving port.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go func() {
+			if err := http.ListenAndServe(o.pprofAddr, mux); err != nil {
+				log.Error(err, "pprof listener")
+			}
+		}()
+	}
+	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: streams last minutes; the idle timer guards silent ones.
+	}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	log.Info("router listening", "addr", ln.Addr().String(), "policy", o.policy, "discovery", o.discovery,
+		"blockSize", o.blockSize, "kvEvents", !o.noEvents)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		cancel()
+		shutdown(hs, o.shutdownGrace, log)
+		return err
+	}
+	shutdown(hs, o.shutdownGrace, log)
+	return nil
+}
+
+func shutdown(hs *http.Server, grace time.Duration, log logr.Logger) {
+	log.Info("shutting down; letting in-flight requests finish", "grace", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Error(err, "in-flight requests cut at the end of the grace period")
+		_ = hs.Close()
+	}
+}
+
+// restConfig uses the pod's service account in a cluster, else $KUBECONFIG / ~/.kube/config.
+func restConfig() (*rest.Config, error) {
+	if c, err := rest.InClusterConfig(); err == nil {
+		return c, nil
+	}
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes config: %w", err)
+	}
+	return c, nil
+}

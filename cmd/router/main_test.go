@@ -1,0 +1,46 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// The command line the operator renders (contracts), which the router must accept as is.
+func TestOperatorCommandLine(t *testing.T) {
+	args := strings.Fields("--port 8080 --discovery kubernetes --namespace team-a " +
+		"--selector app.kubernetes.io/component=engine,serving.kvrouter.dev/kvrouter=llama " +
+		"--engine-port 8000 --kv-events-port 5557 --kv-replay-port 5558 --block-size 32 --policy Auto " +
+		"--model llama --session-header X-Session-Id")
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.discovery != "kubernetes" || o.namespace != "team-a" || o.blockSize != 32 || o.policy != "Auto" ||
+		o.model != "llama" || o.sessionHeader != "X-Session-Id" || o.enginePort != 8000 || o.port != 8080 {
+		t.Fatalf("%+v", o)
+	}
+}
+
+func TestLaptopCommandLineAndDefaults(t *testing.T) {
+	o, err := parseFlags([]string{"--port", "8080", "--endpoints-file", "endpoints.yaml"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.discovery != "file" || o.blockSize != 16 || o.policy != "Auto" || o.model != "" {
+		t.Fatalf("%+v", o)
+	}
+	for _, bad := range [][]string{
+		{},                            // no discovery at all
+		{"--discovery", "kubernetes"}, // no namespace/selector
+		{"--discovery", "dns", "--endpoints-file", "x"},
+		{"--endpoints-file", "x", "--policy", "auto"}, // the CRD enum is case-sensitive
+		{"--endpoints-file", "x", "--block-size", "0"},
+		{"--endpoints-file", "x", "--kv-cache-report-mode", "loud"},
+		{"--endpoints-file", "x", "stray"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

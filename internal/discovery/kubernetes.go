@@ -1,0 +1,154 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Kubernetes discovers the engine pods of one KVRouter: the pods matching Selector in Namespace,
+// through a shared informer (one watch, no polling). A pod is an endpoint once it has an IP; it
+// is ready while its Ready condition is true and it is not being deleted, so a pod that a
+// scale-down or rollout removes stops receiving new requests as soon as it starts terminating,
+// while its in-flight streams finish.
+type Kubernetes struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Selector  labels.Selector
+	// Ports used when a pod's container does not name them (http, kv-events, kv-replay).
+	HTTPPort, EventsPort, ReplayPort int
+	// DPRanks is the number of data-parallel ranks per pod (1: none).
+	DPRanks int
+	Log     logr.Logger
+	// Debounce coalesces bursts of pod events (default 200 ms).
+	Debounce time.Duration
+}
+
+// Run implements Source.
+func (k *Kubernetes) Run(ctx context.Context, update func([]Endpoint)) error {
+	if k.Client == nil || k.Selector == nil || k.Namespace == "" {
+		return fmt.Errorf("kubernetes discovery needs a client, a namespace and a selector")
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(k.Client, 0,
+		informers.WithNamespace(k.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = k.Selector.String() }))
+	inf := factory.Core().V1().Pods()
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("pod informer for %s in %s did not sync", k.Selector, k.Namespace)
+	}
+	debounce := k.Debounce
+	if debounce <= 0 {
+		debounce = 200 * time.Millisecond
+	}
+	var cur []Endpoint
+	first := true
+	publish := func() {
+		pods, err := inf.Lister().Pods(k.Namespace).List(k.Selector)
+		if err != nil {
+			k.Log.Error(err, "listing engine pods")
+			return
+		}
+		next := make([]Endpoint, 0, len(pods))
+		for _, p := range pods {
+			if e, ok := k.endpoint(p); ok {
+				next = append(next, e)
+			}
+		}
+		sortEndpoints(next)
+		if first || !equal(next, cur) {
+			first = false
+			cur = next
+			update(cur)
+		}
+	}
+	publish()
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			if timer == nil {
+				timer = time.After(debounce)
+			}
+		case <-timer:
+			timer = nil
+			publish()
+		}
+	}
+}
+
+// endpoint turns a pod into an endpoint; false for a pod that has no IP yet.
+func (k *Kubernetes) endpoint(p *corev1.Pod) (Endpoint, bool) {
+	if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return Endpoint{}, false
+	}
+	httpPort, events, replay := k.HTTPPort, k.EventsPort, k.ReplayPort
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			switch cp.Name {
+			case "http":
+				httpPort = int(cp.ContainerPort)
+			case "kv-events":
+				events = int(cp.ContainerPort)
+			case "kv-replay":
+				replay = int(cp.ContainerPort)
+			}
+		}
+	}
+	if httpPort <= 0 {
+		return Endpoint{}, false
+	}
+	ip := p.Status.PodIP
+	e := Endpoint{
+		Name:    p.Name,
+		URL:     "http://" + net.JoinHostPort(ip, strconv.Itoa(httpPort)),
+		DPRanks: k.DPRanks,
+		Ready:   p.DeletionTimestamp == nil && podReady(p),
+	}
+	if events > 0 {
+		e.KVEvents = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(events))
+	}
+	if replay > 0 {
+		e.KVReplay = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(replay))
+	}
+	return e, true
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

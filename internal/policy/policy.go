@@ -1,0 +1,556 @@
+// Package policy decides which engine serves a request. It is pure: no I/O, no clock, no
+// goroutines. Callers hand it a snapshot of every endpoint (readiness, load, what the index says
+// each one holds of this request's prefix) and the request's shape, and get back a choice, ranked
+// fallbacks and a reason. The router drives it for live traffic and kvbench drives the very same
+// code in virtual time, so a policy measured in simulation is the policy that ships.
+//
+// A Policy carries a little state of its own (the round-robin cursor and one online latency
+// model per endpoint, fed through ObserveTTFT). It is not safe for concurrent use: the owner
+// serialises calls (the router holds a mutex around Pick; a Pick costs microseconds).
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Kind names a routing policy. The values match the KVRouter CRD's enum.
+type Kind string
+
+const (
+	Auto         Kind = "Auto"
+	PrefillBound Kind = "PrefillBound"
+	DecodeBound  Kind = "DecodeBound"
+	RoundRobin   Kind = "RoundRobin"
+	LeastLoaded  Kind = "LeastLoaded"
+	PrefixOnly   Kind = "PrefixOnly"
+)
+
+// Kinds lists every policy, in the CRD's order.
+var Kinds = []Kind{Auto, PrefillBound, DecodeBound, RoundRobin, LeastLoaded, PrefixOnly}
+
+// ParseKind accepts a policy name as the CRD spells it (case-sensitive, as the enum is).
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("unknown routing policy %q (want one of %v)", s, Kinds)
+}
+
+// Shape is the resource a request mostly consumes, which decides the load signal it is
+// balanced on.
+type Shape string
+
+const (
+	// ShapePrefill: the uncached prompt dominates; balance on queued prefill work (as time).
+	ShapePrefill Shape = "prefill"
+	// ShapeDecode: generation dominates; balance on active streams.
+	ShapeDecode Shape = "decode"
+)
+
+// Reason says why a decision came out the way it did. It is a metric label, so the set is closed.
+type Reason string
+
+const (
+	ReasonPrefix        Reason = "prefix"          // stayed on the endpoint holding the longest prefix
+	ReasonSaturated     Reason = "saturated"       // the holder was saturated; picked by load
+	ReasonLoad          Reason = "load"            // nothing cached anywhere worth following; picked by load
+	ReasonRoundRobin    Reason = "round_robin"     // RoundRobin
+	ReasonLeastLoaded   Reason = "least_loaded"    // LeastLoaded
+	ReasonNoEndpoint    Reason = "no_endpoint"     // nothing ready
+	ReasonAdmissionFull Reason = "admission_limit" // every ready endpoint is at its admission limit
+)
+
+// Config tunes a Policy. The zero value of every field means "use the default", so
+// Config{Kind: Auto, BlockSize: 16} is a complete configuration.
+type Config struct {
+	Kind Kind
+	// BlockSize of the engines' KV cache, in tokens. A match shorter than one block is no match.
+	BlockSize int
+	// MaxInFlight is the admission limit: an endpoint with this many requests in flight (this
+	// router's plus the others' estimated from the scrape) takes no more. 0 means no limit.
+	MaxInFlight int
+	// SaturationFactor: the prefix holder is saturated when its predicted TTFT for this request
+	// exceeds this multiple of the best predicted TTFT in the fleet. Default 1.5.
+	SaturationFactor float64
+	// TargetTTFT (seconds), optional: a holder predicted above it is released whenever another
+	// endpoint predicts better, even by less than SaturationFactor. 0 disables it.
+	TargetTTFT float64
+	// DecodeSlack: a decode-bound holder is saturated when it has more than
+	// max(SaturationFactor × fewest, fewest + DecodeSlack) active streams. Default 4.
+	DecodeSlack int
+	// Tier credits: how much a cached token on a slower tier is worth relative to one on the GPU
+	// (it still has to be loaded back). Defaults 0.75 (CPU), 0.25 (storage), 0.9 (predicted: the
+	// router sent this prefix there moments ago and the engine has not reported it yet).
+	CPUCredit, StorageCredit, PredictedCredit float64
+	// PrefillRatio: Auto treats a request as prefill-bound when its uncached prompt tokens (on the
+	// endpoint holding most of it) are at least this many times its expected output. Default 4.
+	PrefillRatio float64
+	// MinPrefixShare: an endpoint is a prefix holder worth sticking to only if it holds more
+	// than every other candidate by at least this share of the prompt (and one block). A chat
+	// template header or a system prompt that every engine holds decides nothing. Default 0.05.
+	MinPrefixShare float64
+	// DefaultMaxTokens stands in for the expected output of a request that sets no max_tokens.
+	// Default 256.
+	DefaultMaxTokens int
+	// TieTolerance: endpoints whose load score is within this fraction of the best are tied, and
+	// the tie is broken by the session key (or the request's tie-break value) with rendezvous
+	// hashing, so one session lands on one endpoint on every router replica. Default 0.05.
+	TieTolerance float64
+}
+
+func (c Config) withDefaults() Config {
+	if c.Kind == "" {
+		c.Kind = Auto
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.SaturationFactor <= 1 {
+		c.SaturationFactor = 1.5
+	}
+	if c.DecodeSlack <= 0 {
+		c.DecodeSlack = 4
+	}
+	if c.CPUCredit <= 0 {
+		c.CPUCredit = 0.75
+	}
+	if c.StorageCredit <= 0 {
+		c.StorageCredit = 0.25
+	}
+	if c.PredictedCredit <= 0 {
+		c.PredictedCredit = 0.9
+	}
+	if c.PrefillRatio <= 0 {
+		c.PrefillRatio = 4
+	}
+	if c.MinPrefixShare <= 0 {
+		c.MinPrefixShare = 0.05
+	}
+	if c.DefaultMaxTokens <= 0 {
+		c.DefaultMaxTokens = 256
+	}
+	if c.TieTolerance <= 0 {
+		c.TieTolerance = 0.05
+	}
+	return c
+}
+
+// Cached is how much of this request's prompt an endpoint holds, in tokens, split by the best
+// tier each token is on (the parts are disjoint and add up to at most the prompt).
+type Cached struct {
+	GPU, CPU, Storage int
+	// Predicted: held according to routing decisions not yet confirmed by the engine's events.
+	Predicted int
+}
+
+// Total is every cached token regardless of tier.
+func (c Cached) Total() int { return c.GPU + c.CPU + c.Storage + c.Predicted }
+
+// Load is what is known about an endpoint's load.
+type Load struct {
+	// Router-local accounting, exact and instant.
+	InFlight            int // requests this router has in flight there
+	QueuedPrefillTokens int // uncached prompt tokens of those requests that have not had a first token yet
+	// Estimated load from other clients of the engine (other router replicas, direct callers):
+	// the engine's scraped queue minus what this router had in flight at scrape time. It
+	// refreshes with the scrape (about once a second) while local changes show at once.
+	RemoteInFlight      int
+	RemotePrefillTokens int
+	// Scraped engine state, informational for the policy (KV usage near 1 shows up as slower
+	// TTFTs, which the latency model already sees).
+	KVUsage float64
+}
+
+// Endpoint is one engine (or one data-parallel rank of one) as the policy sees it.
+type Endpoint struct {
+	Name   string
+	Ready  bool
+	Load   Load
+	Cached Cached
+}
+
+// Request is the shape of one request.
+type Request struct {
+	// PromptTokens is the prompt length in tokens. When Tokenized is false it is an estimate and
+	// Cached is ignored: the request is routed by load alone.
+	PromptTokens int
+	Tokenized    bool
+	// MaxTokens is the request's max_tokens (0: not given).
+	MaxTokens int
+	// SessionKey, when set, breaks ties so that one session stays on one endpoint.
+	SessionKey string
+	// TieBreak breaks ties when there is no session key (e.g. a hash of the first block, so that
+	// identical cold prompts land together, or a counter).
+	TieBreak uint64
+}
+
+// Decision is the policy's answer.
+type Decision struct {
+	// Endpoint is the chosen endpoint's name; empty when none can take the request (see Reason).
+	Endpoint string
+	// Fallbacks are the other candidates, best first: where to retry when the chosen one fails
+	// before answering.
+	Fallbacks []string
+	Reason    Reason
+	Shape     Shape
+	// CachedTokens is the credited prefix on the chosen endpoint; UncachedTokens the prompt
+	// tokens it must compute. The router adds UncachedTokens to the endpoint's queued prefill.
+	CachedTokens, UncachedTokens int
+	// PrefillWork is the x of the latency model at dispatch (queued prefill there plus this
+	// request's uncached tokens); hand it back with the measured TTFT to ObserveTTFT.
+	PrefillWork int
+	// PredictedTTFT (seconds) on the chosen endpoint.
+	PredictedTTFT float64
+}
+
+// Policy is a routing policy with its state.
+type Policy struct {
+	cfg    Config
+	rr     uint64
+	models map[string]*LatencyModel
+	// scratch buffers, reused across calls to keep Pick allocation-light.
+	scores []candidate
+}
+
+type candidate struct {
+	idx       int
+	credit    float64 // credited cached tokens
+	uncached  int
+	work      int     // queued prefill (local + remote) + own uncached
+	ttft      float64 // predicted
+	streams   int
+	loadScore float64 // what pick-by-load minimises for this request's shape
+	tie       uint64
+}
+
+// New returns a Policy for cfg.
+func New(cfg Config) *Policy {
+	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel)}
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (p *Policy) Config() Config { return p.cfg }
+
+// ObserveTTFT feeds a measured time to first token (seconds) of a request dispatched to endpoint
+// with prefillWork = Decision.PrefillWork.
+func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float64) {
+	m := p.models[endpoint]
+	if m == nil {
+		a, b := p.fleetPrior(endpoint)
+		m = NewLatencyModel(a, b)
+		p.models[endpoint] = m
+	}
+	m.Observe(float64(prefillWork), ttftSeconds)
+}
+
+// Model returns the latency model of an endpoint, or nil if it has never been observed.
+func (p *Policy) Model(endpoint string) *LatencyModel { return p.models[endpoint] }
+
+// Forget drops an endpoint's latency model (it left the fleet; a namesake that comes back is a
+// new engine).
+func (p *Policy) Forget(endpoint string) { delete(p.models, endpoint) }
+
+// fleetPrior is where a new endpoint's model starts: the median of the calibrated endpoints'
+// fits (so a fresh replica of the same hardware is neither feared nor flooded), or the static
+// priors when nothing is calibrated yet.
+func (p *Policy) fleetPrior(except string) (float64, float64) {
+	var as, bs []float64
+	for name, m := range p.models {
+		if name == except || !m.Calibrated() {
+			continue
+		}
+		a, b := m.Params()
+		as = append(as, a)
+		bs = append(bs, b)
+	}
+	if len(as) == 0 {
+		return priorIntercept, priorSlope
+	}
+	return median(as), median(bs)
+}
+
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// predict returns the predicted TTFT on an endpoint for x tokens of prefill work. An endpoint
+// with too few observations borrows the fleet's fit.
+func (p *Policy) predict(endpoint string, x int) float64 {
+	if m := p.models[endpoint]; m != nil && m.Calibrated() {
+		return m.Predict(float64(x))
+	}
+	a, b := p.fleetPrior(endpoint)
+	return a + b*float64(x)
+}
+
+// Pick chooses an endpoint for req among eps. eps should come in a stable order (e.g. by name)
+// so that RoundRobin cycles predictably; the decision does not otherwise depend on the order.
+func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
+	cfg := p.cfg
+	cands := p.scores[:0]
+	ready := 0
+	for i := range eps {
+		e := &eps[i]
+		if !e.Ready {
+			continue
+		}
+		ready++
+		streams := e.Load.InFlight + e.Load.RemoteInFlight
+		if cfg.MaxInFlight > 0 && streams >= cfg.MaxInFlight {
+			continue
+		}
+		c := candidate{idx: i, streams: streams}
+		if req.Tokenized && req.PromptTokens > 0 {
+			c.credit = p.credit(e.Cached, req.PromptTokens)
+		}
+		c.uncached = req.PromptTokens - int(math.Floor(c.credit))
+		if c.uncached < 0 {
+			c.uncached = 0
+		}
+		c.work = e.Load.QueuedPrefillTokens + e.Load.RemotePrefillTokens + c.uncached
+		c.ttft = p.predict(e.Name, c.work)
+		key := req.TieBreak
+		if req.SessionKey != "" {
+			key = hashString(req.SessionKey)
+		}
+		c.tie = rendezvous(key, e.Name)
+		cands = append(cands, c)
+	}
+	p.scores = cands
+	if ready == 0 {
+		return Decision{Reason: ReasonNoEndpoint}
+	}
+	if len(cands) == 0 {
+		return Decision{Reason: ReasonAdmissionFull}
+	}
+
+	shape := p.shape(req, cands)
+	for i := range cands {
+		if shape == ShapeDecode {
+			// Streams first; predicted TTFT only orders endpoints with equal streams.
+			cands[i].loadScore = float64(cands[i].streams) + cands[i].ttft/(1+cands[i].ttft)
+		} else {
+			cands[i].loadScore = cands[i].ttft
+		}
+	}
+
+	var chosen int // index into cands
+	var reason Reason
+	switch cfg.Kind {
+	case RoundRobin:
+		chosen = int(p.rr % uint64(len(cands)))
+		p.rr++
+		reason = ReasonRoundRobin
+	case LeastLoaded:
+		// Cache-blind: active streams, then queued prefill tokens (without this request's
+		// cache-dependent share).
+		for i := range cands {
+			e := &eps[cands[i].idx]
+			cands[i].loadScore = float64(cands[i].streams) +
+				float64(e.Load.QueuedPrefillTokens+e.Load.RemotePrefillTokens)/(1+float64(e.Load.QueuedPrefillTokens+e.Load.RemotePrefillTokens))
+		}
+		chosen = p.byLoad(cands)
+		reason = ReasonLeastLoaded
+	default:
+		switch cfg.Kind {
+		case PrefillBound:
+			shape = ShapePrefill
+			for i := range cands {
+				cands[i].loadScore = cands[i].ttft
+			}
+		case DecodeBound:
+			shape = ShapeDecode
+			for i := range cands {
+				cands[i].loadScore = float64(cands[i].streams) + cands[i].ttft/(1+cands[i].ttft)
+			}
+		}
+		holder := p.holder(cands, req.PromptTokens)
+		switch {
+		case holder < 0:
+			chosen, reason = p.byLoad(cands), ReasonLoad
+		case cfg.Kind == PrefixOnly:
+			chosen, reason = holder, ReasonPrefix
+		case p.saturated(shape, cands, holder):
+			chosen, reason = p.byLoad(cands), ReasonSaturated
+		default:
+			chosen, reason = holder, ReasonPrefix
+		}
+	}
+
+	c := cands[chosen]
+	d := Decision{
+		Endpoint:       eps[c.idx].Name,
+		Reason:         reason,
+		Shape:          shape,
+		CachedTokens:   int(math.Floor(c.credit)),
+		UncachedTokens: c.uncached,
+		PrefillWork:    c.work,
+		PredictedTTFT:  c.ttft,
+	}
+	d.Fallbacks = p.fallbacks(eps, cands, chosen)
+	return d
+}
+
+// credit converts what an endpoint holds into tokens the request does not have to compute,
+// discounting slower tiers, capped at the prompt.
+func (p *Policy) credit(c Cached, prompt int) float64 {
+	cr := float64(c.GPU) + p.cfg.CPUCredit*float64(c.CPU) +
+		p.cfg.StorageCredit*float64(c.Storage) + p.cfg.PredictedCredit*float64(c.Predicted)
+	return math.Min(cr, float64(prompt))
+}
+
+// shape classifies a request by the least prefill it can cost (on its best holder) against its
+// expected output.
+func (p *Policy) shape(req Request, cands []candidate) Shape {
+	minUncached := req.PromptTokens
+	for _, c := range cands {
+		if c.uncached < minUncached {
+			minUncached = c.uncached
+		}
+	}
+	out := req.MaxTokens
+	if out <= 0 {
+		out = p.cfg.DefaultMaxTokens
+	}
+	if float64(minUncached) >= p.cfg.PrefillRatio*float64(out) {
+		return ShapePrefill
+	}
+	return ShapeDecode
+}
+
+// holder returns the candidate with the most credited prefix (ties: lower load, then the tie
+// hash), or -1 when no candidate holds meaningfully more of it than the others.
+func (p *Policy) holder(cands []candidate, prompt int) int {
+	least := math.Inf(1)
+	for i := range cands {
+		least = math.Min(least, cands[i].credit)
+	}
+	if len(cands) == 1 {
+		least = 0
+	}
+	need := math.Max(float64(p.cfg.BlockSize), p.cfg.MinPrefixShare*float64(prompt))
+	best := -1
+	for i := range cands {
+		c := &cands[i]
+		if c.credit-least < need {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := &cands[best]
+		switch {
+		case c.credit > b.credit:
+			best = i
+		case c.credit == b.credit && (c.loadScore < b.loadScore ||
+			(c.loadScore == b.loadScore && c.tie > b.tie)):
+			best = i
+		}
+	}
+	return best
+}
+
+// saturated reports whether staying on the holder would cost this request much more than the
+// best alternative. For prefill-bound requests that is measured in predicted TTFT, which already
+// credits the holder's cache (the alternative must compute the whole prompt), so the gate opens
+// only when the holder's queue outweighs the recompute; for decode-bound requests it is active
+// streams.
+func (p *Policy) saturated(shape Shape, cands []candidate, holder int) bool {
+	h := &cands[holder]
+	if shape == ShapeDecode {
+		fewest := h.streams
+		for _, c := range cands {
+			fewest = min(fewest, c.streams)
+		}
+		limit := math.Max(p.cfg.SaturationFactor*float64(fewest), float64(fewest+p.cfg.DecodeSlack))
+		return float64(h.streams) > limit
+	}
+	best := h.ttft
+	for _, c := range cands {
+		best = math.Min(best, c.ttft)
+	}
+	if h.ttft > p.cfg.SaturationFactor*best {
+		return true
+	}
+	return p.cfg.TargetTTFT > 0 && h.ttft > p.cfg.TargetTTFT && best < h.ttft
+}
+
+// byLoad returns the candidate with the lowest load score; near-ties (within TieTolerance) go to
+// the highest rendezvous hash, which spreads ties evenly and keeps a session on one endpoint.
+func (p *Policy) byLoad(cands []candidate) int {
+	best := 0
+	for i := 1; i < len(cands); i++ {
+		if cands[i].loadScore < cands[best].loadScore {
+			best = i
+		}
+	}
+	limit := cands[best].loadScore*(1+p.cfg.TieTolerance) + 1e-12
+	chosen := best
+	for i := range cands {
+		if cands[i].loadScore <= limit && cands[i].tie > cands[chosen].tie {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// fallbacks ranks the other candidates by load score.
+func (p *Policy) fallbacks(eps []Endpoint, cands []candidate, chosen int) []string {
+	if len(cands) <= 1 {
+		return nil
+	}
+	order := make([]int, 0, len(cands)-1)
+	for i := range cands {
+		if i != chosen {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ca, cb := &cands[order[a]], &cands[order[b]]
+		if ca.loadScore != cb.loadScore {
+			return ca.loadScore < cb.loadScore
+		}
+		return ca.tie > cb.tie
+	})
+	out := make([]string, len(order))
+	for i, o := range order {
+		out[i] = eps[cands[o].idx].Name
+	}
+	return out
+}
+
+// hashString is FNV-1a 64; it only has to spread session keys, not resist attackers (a client
+// choosing its session key can only choose its own endpoint among ties).
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// rendezvous is the highest-random-weight score of (key, endpoint): stable across processes, so
+// every router replica breaks the same tie the same way, and only the keys of a removed endpoint
+// move when the fleet changes.
+func rendezvous(key uint64, endpoint string) uint64 {
+	return mix64(key ^ hashString(endpoint))
+}
+
+// mix64 is the splitmix64 finaliser.
+func mix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}

@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/policy"
+)
+
+// exchange is one client request on its way through an engine.
+type exchange struct {
+	s            *Server
+	w            http.ResponseWriter
+	r            *http.Request
+	body         []byte
+	path         string
+	stream       bool
+	tokens       []uint32
+	tokenized    bool
+	params       kvindex.KeyParams
+	workTokens   int
+	promptTokens int
+}
+
+// onceReader reads a byte slice once and then drops it.
+type onceReader struct{ b []byte }
+
+func (o *onceReader) Read(p []byte) (int, error) {
+	if len(o.b) == 0 {
+		o.b = nil
+		return 0, io.EOF
+	}
+	n := copy(p, o.b)
+	o.b = o.b[n:]
+	return n, nil
+}
+
+// hopHeaders are connection-scoped and never forwarded (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// run sends the request to the chosen endpoint and, if the connection fails before any byte
+// reached the client, once more to the best fallback.
+func (x *exchange) run(t *table, d policy.Decision) {
+	s := x.s
+	name := d.Endpoint
+	uncached := d.UncachedTokens
+	work := d.PrefillWork
+	for attempt := 0; ; attempt++ {
+		i, ok := t.byName[name]
+		if !ok { // cannot happen: the decision came from this table
+			writeError(x.w, http.StatusInternalServerError, "server_error", "chosen endpoint vanished", "")
+			return
+		}
+		rt := &t.routes[i]
+		if x.tokenized && s.index != nil && x.tokens != nil {
+			// Predicted residency covers the events' lag, so a burst of siblings follows this
+			// one instead of spreading before the engine reports the blocks.
+			s.index.Predict(rt.src, x.tokens, x.params)
+		}
+		retry := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work)
+		if !retry {
+			return
+		}
+		next := ""
+		for _, f := range d.Fallbacks {
+			j, ok := t.byName[f]
+			if !ok || t.routes[j].ep.Name == rt.ep.Name {
+				continue // another rank of the engine that just failed
+			}
+			next = f
+			break
+		}
+		if attempt > 0 || next == "" {
+			s.metrics.requests.WithLabelValues(name, "502").Inc()
+			writeError(x.w, http.StatusBadGateway, "server_error", "the engine could not be reached", "")
+			return
+		}
+		s.counters.retries.Add(1)
+		s.metrics.retries.Inc()
+		s.log.Info("engine unreachable; retrying on the next-best engine", "endpoint", name, "next", next)
+		name = next
+		// The fallback's cache state is unknown here: account the whole prompt, and do not
+		// feed this attempt's TTFT to the latency model (its work figure would be a guess).
+		uncached = x.promptTokens
+		work = -1
+	}
+}
+
+// attempt performs one upstream exchange. It returns true when the engine could not be reached
+// and nothing was written to the client (the caller may retry elsewhere).
+func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retry bool) {
+	s := x.s
+	// Released on every way out, the aborted-connection panic included.
+	defer ticket.Done()
+	ctx, cancel := context.WithCancel(x.r.Context())
+	defer cancel()
+	// A plain reader (not *bytes.Reader, which NewRequest would snapshot for GetBody) lets the
+	// body be collected once it is sent.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.ep.URL+x.path, &onceReader{b: x.body})
+	if err != nil {
+		writeError(x.w, http.StatusInternalServerError, "server_error", "cannot build upstream request: "+err.Error(), "")
+		return false
+	}
+	copyHeaders(req.Header, x.r.Header) // Authorization included: the engine checks its API key
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = int64(len(x.body))
+	if rt.ranks > 1 {
+		req.Header.Set(dpRankHeader, strconv.Itoa(rt.rank))
+	}
+	sent := s.now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if x.r.Context().Err() != nil {
+			// The client left; nothing to answer.
+			s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
+			return false
+		}
+		s.metrics.upstreamErrors.WithLabelValues(rt.name, "connect").Inc()
+		s.markDown(rt.ep.Name)
+		s.log.Info("engine request failed before any response", "endpoint", rt.name, "error", err.Error())
+		return true
+	}
+	defer resp.Body.Close()
+	// The engine answered: no retry can follow, so the request body and tokens (up to ~1 MB each
+	// for a 100K-token prompt) need not live as long as the stream.
+	x.body, x.tokens = nil, nil
+
+	h := x.w.Header()
+	copyHeaders(h, resp.Header)
+	h.Set(EndpointHeader, rt.name)
+	x.w.WriteHeader(resp.StatusCode)
+	flusher, _ := x.w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush() // the client sees the status and the endpoint header at once
+	}
+
+	// Idle timer: a stream that sends nothing for StreamIdleTimeout is aborted.
+	idle := time.AfterFunc(s.cfg.StreamIdleTimeout, cancel)
+	defer idle.Stop()
+	buf := make([]byte, 16<<10)
+	gotFirst := false
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			idle.Reset(s.cfg.StreamIdleTimeout)
+			if !gotFirst {
+				gotFirst = true
+				ttft := s.now().Sub(sent)
+				ticket.FirstToken()
+				if resp.StatusCode == http.StatusOK {
+					s.metrics.ttft.Observe(ttft.Seconds())
+					// Only streams time the first token; a whole answer times the generation.
+					if x.stream && work >= 0 {
+						s.policyMu.Lock()
+						s.policy.ObserveTTFT(rt.name, work, ttft.Seconds())
+						s.policyMu.Unlock()
+					}
+				}
+			}
+			if _, werr := x.w.Write(buf[:n]); werr != nil {
+				// The client went away: returning cancels the engine request.
+				s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
+				return false
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			s.metrics.requests.WithLabelValues(rt.name, strconv.Itoa(resp.StatusCode)).Inc()
+			return false
+		}
+		if rerr != nil {
+			if x.r.Context().Err() != nil {
+				s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
+				return false
+			}
+			s.metrics.upstreamErrors.WithLabelValues(rt.name, "stream").Inc()
+			s.log.Info("engine response broke off", "endpoint", rt.name, "error", rerr.Error(),
+				"idleTimeout", errors.Is(ctx.Err(), context.Canceled))
+			if x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				// A clean SSE error event the client's SDK can surface, then the end.
+				_, _ = io.WriteString(x.w, `data: {"error":{"message":"the engine stream broke off","type":"server_error","param":null,"code":502}}`+"\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+				s.metrics.requests.WithLabelValues(rt.name, "502").Inc()
+				return false
+			}
+			// A partial JSON body must not look complete: abort the connection.
+			s.metrics.requests.WithLabelValues(rt.name, "502").Inc()
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		if isHop(k) {
+			continue
+		}
+		dst[k] = append(dst[k][:0], vs...)
+	}
+	// Headers named by Connection are hop-by-hop too.
+	for _, c := range src.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			dst.Del(strings.TrimSpace(f))
+		}
+	}
+}
+
+func isHop(k string) bool {
+	for _, h := range hopHeaders {
+		if strings.EqualFold(k, h) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the router's own Prometheus metrics (kvrouter_ prefix).
+type metrics struct {
+	requests         *prometheus.CounterVec
+	decisions        *prometheus.CounterVec
+	decisionSeconds  prometheus.Histogram
+	tokenizeSeconds  prometheus.Histogram
+	tokenizeFailures prometheus.Counter
+	retries          prometheus.Counter
+	upstreamErrors   *prometheus.CounterVec
+	ttft             prometheus.Histogram
+}
+
+func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_total",
+			Help: "Requests answered, by endpoint (empty when the router answered itself) and HTTP status (499: client went away)."},
+			[]string{"endpoint", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_routing_decisions_total",
+			Help: "Routing decisions by reason (prefix, saturated, load, round_robin, least_loaded, no_endpoint, admission_limit) and request shape."},
+			[]string{"reason", "shape"}),
+		decisionSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_routing_decision_seconds",
+			Help:    "Time to decide where a tokenized request goes: index lookup and policy.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2.5, 12)}),
+		tokenizeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_tokenize_seconds",
+			Help:    "Time to tokenize a request on an engine (cache hits included).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2.5, 12)}),
+		tokenizeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_tokenize_failures_total",
+			Help: "Requests routed by load alone because /tokenize failed or timed out."}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
+			Help: "Requests retried on the next-best engine after a connection failure before the first byte."}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_errors_total",
+			Help: "Engine failures by endpoint and stage (connect: before any response; stream: after the first byte)."},
+			[]string{"endpoint", "stage"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_time_to_first_byte_seconds",
+			Help:    "Time from dispatch to the engine's first response byte (the first token for streams).",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2.5, 14)}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.requests, m.decisions, m.decisionSeconds, m.tokenizeSeconds, m.tokenizeFailures,
+		m.retries, m.upstreamErrors, m.ttft, &endpointCollector{s: s})
+	return m
+}
+
+var (
+	descInFlight = prometheus.NewDesc("kvrouter_endpoint_requests_in_flight",
+		"Requests this router has in flight on the endpoint.", []string{"endpoint"}, nil)
+	descQueued = prometheus.NewDesc("kvrouter_endpoint_queued_prefill_tokens",
+		"Uncached prompt tokens this router sent to the endpoint that have no first token yet.", []string{"endpoint"}, nil)
+	descReady = prometheus.NewDesc("kvrouter_endpoint_ready",
+		"1 when the endpoint takes traffic.", []string{"endpoint"}, nil)
+	descRouted = prometheus.NewDesc("kvrouter_routed_prompt_tokens_total",
+		"Prompt tokens of tokenized requests routed.", nil, nil)
+	descCached = prometheus.NewDesc("kvrouter_routed_cached_prompt_tokens_total",
+		"Prompt tokens the index said the chosen endpoint held (the router's predicted hits).", nil, nil)
+)
+
+// endpointCollector exposes per-endpoint state at scrape time.
+type endpointCollector struct{ s *Server }
+
+func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descInFlight
+	ch <- descQueued
+	ch <- descReady
+	ch <- descRouted
+	ch <- descCached
+}
+
+func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	t := s.tbl.Load()
+	now := s.now()
+	for i := range t.routes {
+		rt := &t.routes[i]
+		st := s.tracker.Stats(rt.name)
+		ready, _ := s.readiness(rt, st.FailStreak, now)
+		r := 0.0
+		if ready {
+			r = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), rt.name)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.QueuedPrefillTokens), rt.name)
+		ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, r, rt.name)
+	}
+	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.counters.promptTokens.Load()))
+	ch <- prometheus.MustNewConstMetric(descCached, prometheus.CounterValue, float64(s.counters.cachedTokens.Load()))
+}

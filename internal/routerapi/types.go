@@ -1,0 +1,153 @@
+// Package routerapi holds the JSON the router serves on GET /v1/status and GET /v1/autoscale.
+// It has no dependencies so that the operator (which reads /v1/status into the KVRouter status)
+// and tests can decode it without pulling in the router.
+package routerapi
+
+import "time"
+
+// Status is GET /v1/status.
+type Status struct {
+	// Policy and BlockSize the router runs with; Model is the served model name it accepts
+	// (empty: whatever the engines list).
+	Policy    string `json:"policy"`
+	BlockSize int    `json:"blockSize"`
+	Model     string `json:"model,omitempty"`
+	// Endpoints, sorted by name. A data-parallel engine appears once per rank.
+	Endpoints []Endpoint `json:"endpoints"`
+	// ReadyEndpoints counts the endpoints that take traffic now.
+	ReadyEndpoints int `json:"readyEndpoints"`
+	// Fleet aggregates the engines' own counters over the last minute.
+	Fleet Fleet `json:"fleet"`
+	// Router is what this router replica did since it started.
+	Router RouterStats `json:"router"`
+	// Degradations lists what is currently not working as designed; empty when all is well.
+	Degradations []Degradation `json:"degradations"`
+	// Index describes the prefix index (absent when the router runs without one).
+	Index *IndexStats `json:"index,omitempty"`
+}
+
+// Endpoint is one engine (or one data-parallel rank of one).
+type Endpoint struct {
+	Name  string `json:"name"`
+	URL   string `json:"url"`
+	Rank  int    `json:"rank"`
+	Ready bool   `json:"ready"`
+	// NotReadyReason says why Ready is false ("discovery", "connect-failures", "scrape-failures").
+	NotReadyReason string `json:"notReadyReason,omitempty"`
+	// Router-local load.
+	InFlight            int `json:"inFlight"`
+	QueuedPrefillTokens int `json:"queuedPrefillTokens"`
+	TokensInFlight      int `json:"tokensInFlight"`
+	// Scraped from the engine's /metrics (absent until the first successful scrape).
+	Engine *EngineMetrics `json:"engine,omitempty"`
+	// TTFTModel is the router's fitted latency model for this endpoint.
+	TTFTModel *TTFTModel `json:"ttftModel,omitempty"`
+	// Events is the health of the endpoint's KV-event stream(s); absent when the endpoint
+	// publishes no events.
+	Events *EventHealth `json:"events,omitempty"`
+}
+
+// EngineMetrics is one engine's scrape.
+type EngineMetrics struct {
+	Running float64 `json:"running"`
+	Waiting float64 `json:"waiting"`
+	// KVUsage is the fraction of KV blocks in use (0–1).
+	KVUsage float64 `json:"kvUsage"`
+	// HitRate is the engine's token-weighted prefix-cache hit rate over the last minute
+	// (valid only when HitRateValid: there were queries in the window).
+	HitRate      float64 `json:"hitRate"`
+	HitRateValid bool    `json:"hitRateValid"`
+	// Prefix-cache counters since the engine started.
+	PrefixCacheQueries float64 `json:"prefixCacheQueries"`
+	PrefixCacheHits    float64 `json:"prefixCacheHits"`
+	// Preemptions since the engine started, and per minute over the last minute.
+	Preemptions          float64 `json:"preemptions"`
+	PreemptionsPerMinute float64 `json:"preemptionsPerMinute"`
+	// From vllm:cache_config_info, for spec mismatch warnings.
+	BlockSize string `json:"blockSize,omitempty"`
+	HashAlgo  string `json:"hashAlgo,omitempty"`
+	// ScrapedAt is when these numbers were read; ScrapeError the last scrape's failure, if any.
+	ScrapedAt   time.Time `json:"scrapedAt"`
+	ScrapeError string    `json:"scrapeError,omitempty"`
+}
+
+// TTFTModel is the online fit TTFT ≈ intercept + slope × (prefill tokens queued + own).
+type TTFTModel struct {
+	InterceptSeconds float64 `json:"interceptSeconds"`
+	SecondsPerToken  float64 `json:"secondsPerToken"`
+	Observations     int     `json:"observations"`
+	Calibrated       bool    `json:"calibrated"`
+}
+
+// EventHealth summarises the KV-event subscription(s) of an endpoint.
+type EventHealth struct {
+	Connected      bool    `json:"connected"`
+	Stale          bool    `json:"stale"`
+	StaleReason    string  `json:"staleReason,omitempty"`
+	LagSeconds     float64 `json:"lagSeconds"`
+	Batches        uint64  `json:"batches"`
+	Gaps           uint64  `json:"gaps"`
+	Replays        uint64  `json:"replays"`
+	ReplayFailures uint64  `json:"replayFailures"`
+	Restarts       uint64  `json:"restarts"`
+	DecodeErrors   uint64  `json:"decodeErrors"`
+	// Partial: entries were dropped after a gap replay could not cover, and the index is
+	// rebuilding from new events (it under-reports this engine's cache until then).
+	Partial bool `json:"partial,omitempty"`
+}
+
+// Fleet aggregates all endpoints.
+type Fleet struct {
+	// HitRate is the engines' token-weighted prefix-cache hit rate over the last minute
+	// (Σ Δhits / Σ Δqueries); HitRateValid is false when there were no queries.
+	HitRate              float64 `json:"hitRate"`
+	HitRateValid         bool    `json:"hitRateValid"`
+	PreemptionsPerMinute float64 `json:"preemptionsPerMinute"`
+	Waiting              float64 `json:"waiting"`
+	Running              float64 `json:"running"`
+}
+
+// RouterStats counts this replica's routing.
+type RouterStats struct {
+	Requests uint64 `json:"requests"`
+	// Tokenized requests: prompt tokens, and the tokens the index said the chosen endpoint
+	// held. RoutedHitRate = CachedPromptTokens / PromptTokens is the hit rate the router
+	// predicted, to compare with the engines' measured Fleet.HitRate.
+	PromptTokens       uint64  `json:"promptTokens"`
+	CachedPromptTokens uint64  `json:"cachedPromptTokens"`
+	RoutedHitRate      float64 `json:"routedHitRate"`
+	// Decisions by reason (prefix, saturated, load, ...).
+	Decisions map[string]uint64 `json:"decisions"`
+	// TokenizeFailures counts requests routed by load alone because /tokenize failed.
+	TokenizeFailures uint64 `json:"tokenizeFailures"`
+	Retries          uint64 `json:"retries"`
+	Rejected         uint64 `json:"rejected"`
+}
+
+// Degradation is one thing not working as designed.
+type Degradation struct {
+	// Type is one of "TokenizerUnavailable", "EventsDegraded", "NoReadyEndpoint".
+	Type    string    `json:"type"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since,omitempty"`
+}
+
+// IndexStats describes the prefix index.
+type IndexStats struct {
+	Keys      int    `json:"keys"`
+	Entries   int    `json:"entries"`
+	Sources   int    `json:"sources"`
+	Predicted int    `json:"predicted"`
+	Evictions uint64 `json:"evictions"`
+}
+
+// Autoscale is GET /v1/autoscale, read by KEDA's metrics-api trigger.
+type Autoscale struct {
+	// WaitingRequests is the requests queued in the engines (scraped num_requests_waiting,
+	// summed) plus those queued in the router (the router does not queue: 0).
+	WaitingRequests int `json:"waitingRequests"`
+	// TokensInFlight is prompt plus expected output tokens of this replica's requests in flight.
+	TokensInFlight int `json:"tokensInFlight"`
+	// Endpoints is the number of ready endpoints.
+	Endpoints int `json:"endpoints"`
+}

@@ -1,0 +1,45 @@
+package tokenize
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// BenchmarkTokenize8K measures the router's side of tokenizing an 8K-token prompt: a call to
+// an engine stub that answers instantly with 8,192 ids (round trip + JSON decode; the engine's
+// own tokenizer time comes on top), against a cache hit.
+func BenchmarkTokenize8K(b *testing.B) {
+	toks := make([]uint32, 8192)
+	for i := range toks {
+		toks[i] = uint32(i * 7919 % 151000)
+	}
+	answer, _ := json.Marshal(map[string]any{"count": len(toks), "tokens": toks})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(answer)
+	}))
+	defer srv.Close()
+	for _, cached := range []bool{false, true} {
+		name := "call"
+		if cached {
+			name = "cache-hit"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := New(srv.Client(), 5*time.Second, 1<<22)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				p := fmt.Sprint("prompt ", i)
+				if cached {
+					p = "the same prompt"
+				}
+				if _, err := c.Completion(context.Background(), srv.URL, CompletionRequest{Prompt: p}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
