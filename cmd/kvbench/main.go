@@ -1,0 +1,52 @@
+// Command kvbench measures routing policies on the same workloads: `kvbench simulate` runs every
+// policy over simulated engines in virtual time; `kvbench live` drives a running router or engine
+// over HTTP. See docs/kvbench.md.
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "simulate":
+		err = runSimulate(os.Args[2:], log)
+	case "live":
+		err = runLive(os.Args[2:], log)
+	case "compare":
+		err = runCompare(os.Args[2:])
+	case "markdown":
+		err = runMarkdown(os.Args[2:])
+	case "policies":
+		err = listPolicies()
+	case "-h", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "kvbench: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvbench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  kvbench simulate [--workload FILE[,FILE...]] [FILE...] [--policies a,b] [--rates r1,r2] [--out DIR] [--traces DIR] [--seed N]
+  kvbench live --target URL --workload FILE [--policy-label NAME] [--rate R] [--requests N] [--duration D] [--out DIR]
+  kvbench compare --out DIR REPORT.json REPORT.json...   (merge live reports into one comparison)
+  kvbench markdown [--sweep a,b] REPORT.json...           (Markdown tables for docs/benchmarks.md)
+  kvbench policies                                       (list the policies)
+Run "kvbench <command> -h" for the flags of a command.
+`)
+}

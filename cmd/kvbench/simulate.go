@@ -1,0 +1,138 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/bench/metrics"
+	"github.com/kvrouter/kvrouter/internal/bench/peers"
+	"github.com/kvrouter/kvrouter/internal/bench/report"
+	"github.com/kvrouter/kvrouter/internal/bench/simulate"
+	"github.com/kvrouter/kvrouter/internal/bench/workload"
+	"github.com/kvrouter/kvrouter/internal/policy"
+)
+
+func runSimulate(args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	wl := fs.String("workload", "", "workload YAML file(s), comma-separated")
+	pols := fs.String("policies", "", "policies to run, comma-separated (default: all; see `kvbench policies`)")
+	rates := fs.String("rates", "", "override the workload's rates (comma-separated)")
+	requests := fs.Int("requests", 0, "override load.requests (cap per run)")
+	duration := fs.Float64("duration", 0, "override load.duration (seconds of arrivals per run)")
+	seed := fs.Uint64("seed", 0, "override the workload's seed")
+	traces := fs.String("traces", "../shared/traces", "directory holding the trace files")
+	out := fs.String("out", "out/bench", "output directory (one subdirectory per workload)")
+	lag := fs.Float64("event-lag", 0.005, "KV event delay from engine to router index, seconds")
+	quiet := fs.Bool("quiet", false, "do not print tables")
+	var tune policy.Config
+	fs.Float64Var(&tune.SaturationFactor, "kvrouter-saturation-factor", 0, "override kvrouter's SaturationFactor (0: default)")
+	fs.IntVar(&tune.DecodeSlack, "kvrouter-decode-slack", 0, "override kvrouter's DecodeSlack (0: default)")
+	fs.Float64Var(&tune.PrefillRatio, "kvrouter-prefill-ratio", 0, "override kvrouter's PrefillRatio (0: default)")
+	fs.Float64Var(&tune.TargetTTFT, "kvrouter-target-ttft", 0, "set kvrouter's TargetTTFT in seconds (0: off)")
+	fs.Float64Var(&tune.TieTolerance, "kvrouter-tie-tolerance", 0, "override kvrouter's TieTolerance (0: default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	files := append(splitList(*wl), fs.Args()...)
+	if len(files) == 0 {
+		return errors.New("simulate: name at least one workload (--workload FILE or FILE arguments)")
+	}
+	factories, err := peers.SelectWith(splitList(*pols), peers.Options{KVRouter: tune})
+	if err != nil {
+		return err
+	}
+	for _, path := range files {
+		spec, err := workload.LoadFile(path)
+		if err != nil {
+			return err
+		}
+		if *rates != "" {
+			if spec.Load.Rates, err = parseFloats(*rates); err != nil {
+				return err
+			}
+			spec.Load.Primary = 0
+		}
+		if *requests > 0 {
+			spec.Load.Requests = *requests
+		}
+		if *duration > 0 {
+			spec.Load.Duration = *duration
+		}
+		if *seed != 0 {
+			spec.Seed = *seed
+		}
+		rep := &report.Report{
+			Workload: spec.Name, Description: spec.Description, Mode: "simulate", Seed: spec.Seed,
+			Command: "kvbench " + strings.Join(append([]string{"simulate"}, args...), " "),
+			Fleet:   fmt.Sprintf("%d× %s, block %d", spec.Fleet.Engines, spec.Fleet.Profile, spec.Fleet.BlockSize),
+			SLO:     metrics.SLO{TTFT: spec.SLO.TTFTSeconds, ITL: spec.SLO.ITLSeconds}, Rate: spec.PrimaryRate(),
+		}
+		if spec.ScaleUp != nil {
+			rep.Fleet += fmt.Sprintf(", +%d at %.0f%% of arrivals", spec.ScaleUp.Add, 100*spec.ScaleUp.AtFraction)
+		}
+		maxPrompt := spec.Fleet.MaxModelLen
+		for _, rate := range spec.Load.Rates {
+			reqs, err := workload.Generate(spec, rate, workload.Options{TracesDir: *traces, MaxPromptTokens: maxPrompt})
+			if err != nil {
+				return err
+			}
+			for _, f := range factories {
+				res, err := simulate.Run(simulate.Config{Spec: spec, Rate: rate, Requests: reqs, Policy: f, Seed: spec.Seed, EventLag: *lag})
+				if err != nil {
+					return fmt.Errorf("%s/%s@%g: %w", spec.Name, f.Name, rate, err)
+				}
+				log.Info("run done", "workload", spec.Name, "policy", f.Name, "rate", rate, "requests", res.Requests,
+					"out_tok_s", int(res.OutputThroughput), "hit", fmt.Sprintf("%.3f", res.HitRate), "wall_s", fmt.Sprintf("%.1f", res.Extra["sim_wall_s"]))
+				rep.Sweep = append(rep.Sweep, res)
+				if rate == rep.Rate {
+					rep.Policies = append(rep.Policies, res)
+				}
+			}
+		}
+		if !*quiet {
+			if err := report.WriteTable(os.Stdout, rep); err != nil {
+				return err
+			}
+			fmt.Println()
+		}
+		if err := report.WriteFiles(filepath.Join(*out, spec.Name), rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func listPolicies() error {
+	for _, f := range peers.All() {
+		fmt.Printf("%-22s %s\n", f.Name, f.Source)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range splitList(s) {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || !(v > 0) {
+			return nil, fmt.Errorf("bad rate %q", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

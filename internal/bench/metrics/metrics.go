@@ -1,0 +1,210 @@
+// Package metrics turns per-request measurements of one run (simulated or live) into the figures
+// kvbench reports: throughput, goodput at an SLO, latency percentiles, token hit rate,
+// preemptions, load imbalance and the share of traffic a scaled-up replica gets. Field names are
+// the ones report.json promises.
+package metrics
+
+import (
+	"math"
+	"sort"
+)
+
+// Record is one request's measurements. Times are seconds from the start of the run.
+type Record struct {
+	Endpoint     string
+	Arrival      float64
+	FirstToken   float64 // 0 with no token
+	Finish       float64 // 0 when unfinished
+	PromptTokens int
+	CachedTokens int
+	OutputTokens int
+	Preemptions  int
+	Failed       bool
+}
+
+// Done reports whether the request completed.
+func (r *Record) Done() bool { return !r.Failed && r.Finish > 0 }
+
+// TTFT is the time to first token.
+func (r *Record) TTFT() float64 { return r.FirstToken - r.Arrival }
+
+// MeanITL is the mean inter-token latency after the first token (0 for one-token answers).
+func (r *Record) MeanITL() float64 {
+	if r.OutputTokens < 2 {
+		return 0
+	}
+	return (r.Finish - r.FirstToken) / float64(r.OutputTokens-1)
+}
+
+// SLO is the per-request objective goodput counts against.
+type SLO struct {
+	TTFT float64 `json:"ttft_s"`
+	ITL  float64 `json:"itl_s"`
+}
+
+// Result is one policy's figures for one run.
+type Result struct {
+	Policy string  `json:"policy"`
+	Source string  `json:"source,omitempty"`
+	Rate   float64 `json:"rate"`
+
+	Requests  int     `json:"requests"`
+	Completed int     `json:"completed"`
+	Failed    int     `json:"failed"`
+	DurationS float64 `json:"duration_s"`
+
+	OutputThroughput float64 `json:"output_throughput_tok_s"`
+	InputThroughput  float64 `json:"input_throughput_tok_s"`
+	Goodput          float64 `json:"goodput_tok_s"`
+	SLOAttainment    float64 `json:"slo_attainment"`
+	RequestRate      float64 `json:"request_throughput_req_s"`
+
+	TTFTP50 float64 `json:"ttft_p50_s"`
+	TTFTP90 float64 `json:"ttft_p90_s"`
+	TTFTP99 float64 `json:"ttft_p99_s"`
+	ITLP50  float64 `json:"itl_p50_s"`
+	E2EP50  float64 `json:"e2e_p50_s"`
+	E2EP99  float64 `json:"e2e_p99_s"`
+
+	HitRate      float64 `json:"hit_rate"`
+	Preemptions  int     `json:"preemptions"`
+	ImbalanceCoV float64 `json:"imbalance_cov"`
+	// ScaledUpShare is the share of requests arriving after a scale-up that the added replicas
+	// got; ScaledUpFairShare is what an even spread would give them.
+	ScaledUpShare     *float64 `json:"scaled_up_share,omitempty"`
+	ScaledUpFairShare *float64 `json:"scaled_up_fair_share,omitempty"`
+
+	PerEndpoint map[string]int `json:"requests_per_endpoint,omitempty"`
+	// Extra holds mode-specific figures (simulation wall time, engine steps, ...).
+	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// ScaleUp says which endpoints were added and when, for ScaledUpShare.
+type ScaleUp struct {
+	At    float64
+	Added []string
+	// Total is the endpoint count after the scale-up.
+	Total int
+}
+
+// Summarize computes a Result. itl holds every inter-token gap observed (seconds); endpoints
+// lists every endpoint that was in the fleet (so idle ones count in the imbalance). duration is
+// the run's measured span; when 0 it is taken from the records (first arrival to last finish).
+func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, duration float64, su *ScaleUp) Result {
+	var res Result
+	res.Requests = len(recs)
+	var ttft, e2e []float64
+	var prompt, cached, out, goodOut, inTok int
+	good := 0
+	first, last := math.Inf(1), 0.0
+	per := map[string]int{}
+	for _, e := range endpoints {
+		per[e] = 0
+	}
+	for i := range recs {
+		r := &recs[i]
+		first = math.Min(first, r.Arrival)
+		if r.Endpoint != "" {
+			per[r.Endpoint]++
+		}
+		res.Preemptions += r.Preemptions
+		if !r.Done() {
+			res.Failed++
+			continue
+		}
+		res.Completed++
+		last = math.Max(last, r.Finish)
+		ttft = append(ttft, r.TTFT())
+		e2e = append(e2e, r.Finish-r.Arrival)
+		prompt += r.PromptTokens
+		cached += min(r.CachedTokens, r.PromptTokens)
+		out += r.OutputTokens
+		inTok += r.PromptTokens
+		if r.TTFT() <= slo.TTFT && r.MeanITL() <= slo.ITL {
+			good++
+			goodOut += r.OutputTokens
+		}
+	}
+	if duration <= 0 && res.Completed > 0 {
+		duration = last - first
+	}
+	res.DurationS = duration
+	if duration > 0 {
+		res.OutputThroughput = float64(out) / duration
+		res.InputThroughput = float64(inTok) / duration
+		res.Goodput = float64(goodOut) / duration
+		res.RequestRate = float64(res.Completed) / duration
+	}
+	if res.Requests > 0 {
+		res.SLOAttainment = float64(good) / float64(res.Requests)
+	}
+	res.TTFTP50, res.TTFTP90, res.TTFTP99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
+	res.E2EP50, res.E2EP99 = Percentile(e2e, 50), Percentile(e2e, 99)
+	res.ITLP50 = Percentile(itl, 50)
+	if prompt > 0 {
+		res.HitRate = float64(cached) / float64(prompt)
+	}
+	counts := make([]float64, 0, len(per))
+	for _, n := range per {
+		counts = append(counts, float64(n))
+	}
+	res.ImbalanceCoV = CoV(counts)
+	res.PerEndpoint = per
+	if su != nil && len(su.Added) > 0 {
+		added := map[string]bool{}
+		for _, a := range su.Added {
+			added[a] = true
+		}
+		n, got := 0, 0
+		for i := range recs {
+			if recs[i].Arrival >= su.At && recs[i].Endpoint != "" {
+				n++
+				if added[recs[i].Endpoint] {
+					got++
+				}
+			}
+		}
+		fair := float64(len(su.Added)) / float64(max(1, su.Total))
+		share := 0.0
+		if n > 0 {
+			share = float64(got) / float64(n)
+		}
+		res.ScaledUpShare, res.ScaledUpFairShare = &share, &fair
+	}
+	return res
+}
+
+// Percentile returns the p-th percentile (0-100) with linear interpolation; 0 for no data. It
+// sorts v in place.
+func Percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	pos := p / 100 * float64(len(v)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(v)-1)
+	f := pos - float64(lo)
+	return v[lo]*(1-f) + v[hi]*f
+}
+
+// CoV is the coefficient of variation (population standard deviation over mean); 0 for no data
+// or a zero mean.
+func CoV(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range v {
+		sum += x
+	}
+	mean := sum / float64(len(v))
+	if mean == 0 {
+		return 0
+	}
+	var ss float64
+	for _, x := range v {
+		ss += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(ss/float64(len(v))) / mean
+}

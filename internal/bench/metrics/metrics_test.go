@@ -1,0 +1,56 @@
+package metrics
+
+import (
+	"math"
+	"testing"
+)
+
+func TestPercentile(t *testing.T) {
+	v := []float64{4, 1, 3, 2, 5}
+	if got := Percentile(v, 50); got != 3 {
+		t.Fatalf("p50 = %v, want 3", got)
+	}
+	if got := Percentile([]float64{1, 2}, 90); math.Abs(got-1.9) > 1e-9 {
+		t.Fatalf("p90 = %v, want 1.9 (linear interpolation)", got)
+	}
+	if Percentile(nil, 99) != 0 {
+		t.Fatal("no data must give 0")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	recs := []Record{
+		{Endpoint: "a", Arrival: 0, FirstToken: 0.5, Finish: 1.5, PromptTokens: 100, CachedTokens: 80, OutputTokens: 11},
+		{Endpoint: "a", Arrival: 0, FirstToken: 3, Finish: 4, PromptTokens: 100, CachedTokens: 0, OutputTokens: 11, Preemptions: 2},
+		{Endpoint: "b", Arrival: 1, Failed: true, PromptTokens: 100},
+	}
+	r := Summarize(recs, []float64{0.1, 0.1}, []string{"a", "b", "c"}, SLO{TTFT: 1, ITL: 0.2}, 0, nil)
+	if r.Completed != 2 || r.Failed != 1 || r.Preemptions != 2 {
+		t.Fatalf("counts %+v", r)
+	}
+	if r.DurationS != 4 || r.OutputThroughput != 22.0/4 || r.Goodput != 11.0/4 {
+		t.Fatalf("duration %v throughput %v goodput %v", r.DurationS, r.OutputThroughput, r.Goodput)
+	}
+	if r.HitRate != 0.4 {
+		t.Fatalf("hit rate %v, want 0.4 (80 of 200 prompt tokens of completed requests)", r.HitRate)
+	}
+	// Requests per endpoint 2, 1, 0: mean 1, population sd sqrt(2/3).
+	if math.Abs(r.ImbalanceCoV-math.Sqrt(2.0/3)) > 1e-9 {
+		t.Fatalf("CoV %v", r.ImbalanceCoV)
+	}
+	if r.SLOAttainment != 1.0/3 {
+		t.Fatalf("SLO attainment %v", r.SLOAttainment)
+	}
+}
+
+func TestScaleUpShare(t *testing.T) {
+	recs := []Record{
+		{Endpoint: "old", Arrival: 5, FirstToken: 6, Finish: 7, OutputTokens: 1},
+		{Endpoint: "old", Arrival: 11, FirstToken: 12, Finish: 13, OutputTokens: 1},
+		{Endpoint: "new", Arrival: 12, FirstToken: 13, Finish: 14, OutputTokens: 1},
+	}
+	r := Summarize(recs, nil, []string{"old", "new"}, SLO{TTFT: 9, ITL: 9}, 0, &ScaleUp{At: 10, Added: []string{"new"}, Total: 2})
+	if r.ScaledUpShare == nil || *r.ScaledUpShare != 0.5 || *r.ScaledUpFairShare != 0.5 {
+		t.Fatalf("share %v fair %v", r.ScaledUpShare, r.ScaledUpFairShare)
+	}
+}

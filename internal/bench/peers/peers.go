@@ -1,0 +1,190 @@
+// Package peers holds every routing policy kvbench compares, each reimplemented at formula level
+// from ../shared/design/peer-policies.md (the section is cited in each file), behind one small
+// interface so that one harness drives them all on the same workload. kvrouter's own policies are
+// not reimplemented: kvrouter.go adapts the shipping internal/policy package.
+//
+// Policies are driven by one goroutine (the simulation loop or the live load generator holds a
+// lock); none is safe for concurrent use.
+package peers
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/kvrouter/kvrouter/internal/kvevents"
+	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/policy"
+)
+
+// Endpoint is one engine as a router sees it at decision time.
+type Endpoint struct {
+	Name string
+	// InFlight is router-local: requests dispatched there and not finished.
+	InFlight int
+	// Scraped engine metrics (stale by up to the scrape interval, like a real router's).
+	Waiting, Running int
+	KVUsage          float64
+	// NumBlocks is the engine's KV capacity in engine blocks (what llm-d's autoTune scrapes).
+	NumBlocks int
+}
+
+// Request is the routed request.
+type Request struct {
+	ID        int
+	Tokens    []uint32
+	MaxTokens int
+	Session   string
+}
+
+// Env is what a policy may use besides the per-decision view.
+type Env struct {
+	// BlockSize is the engines' KV block size in tokens.
+	BlockSize int
+	Rand      *rand.Rand
+	// Now is the (virtual or wall) clock in seconds.
+	Now func() float64
+	// Events is an index fed by the engines' KV events after the harness's event lag, as a
+	// router subscribed over ZMQ would see them. Nil when the harness cannot provide events.
+	Events *kvindex.Index
+	// Exact is fed with no lag: what the engines hold right now (oracle only).
+	Exact *kvindex.Index
+}
+
+// Policy routes requests.
+type Policy interface {
+	// Pick returns the index in eps of the chosen endpoint. eps is non-empty and stably ordered.
+	Pick(r *Request, eps []Endpoint) int
+	// Dispatched, FirstToken and Finished report a request's life on the endpoint it was sent to.
+	Dispatched(r *Request, ep string)
+	FirstToken(r *Request, ep string, ttftSeconds float64)
+	Finished(r *Request, ep string)
+}
+
+// StatsReporter is implemented by policies that count their decisions; the harness adds the
+// counts to the run's extra figures.
+type StatsReporter interface {
+	Stats() map[string]float64
+}
+
+// Factory names a policy and builds a fresh instance for one run.
+type Factory struct {
+	Name string
+	// Source is the section of peer-policies.md (or the package) the implementation follows.
+	Source string
+	// NeedsEvents is true when the policy reads Env.Events, NeedsExact when it reads Env.Exact.
+	NeedsEvents, NeedsExact bool
+	New                     func(Env) Policy
+}
+
+// Options tune the policies for one invocation.
+type Options struct {
+	// KVRouter overrides kvrouter's policy knobs (zero fields keep the shipping defaults; Kind
+	// and BlockSize are always set by the harness). This is how the defaults are calibrated
+	// against the peers without touching internal/policy.
+	KVRouter policy.Config
+}
+
+// All returns every policy with default options, kvrouter's first.
+func All() []Factory { return AllWith(Options{}) }
+
+// AllWith returns every policy, kvrouter's first.
+func AllWith(o Options) []Factory {
+	return []Factory{
+		kvrouterFactory("kvrouter", "Auto", o.KVRouter),
+		kvrouterFactory("kvrouter-prefill", "PrefillBound", o.KVRouter),
+		kvrouterFactory("kvrouter-decode", "DecodeBound", o.KVRouter),
+		kvrouterFactory("kvrouter-prefix-only", "PrefixOnly", o.KVRouter),
+		{Name: "round-robin", Source: "§4 roundrobin", New: newRoundRobin},
+		{Name: "random", Source: "§1.0 random-picker", New: newRandom},
+		{Name: "least-loaded", Source: "§7 router-local in-flight counts", New: newLeastLoaded},
+		{Name: "session-affinity", Source: "§4 session", New: newSession},
+		{Name: "prodstack-prefixaware", Source: "§4 prefixaware", New: newProdstackPrefix},
+		{Name: "sglang-cache-aware", Source: "§3 cache_aware, CLI defaults", New: newSGLang},
+		{Name: "llmd-default", Source: "§1.1 + §1.2 default blend 2/2/3", New: newLLMDDefault},
+		{Name: "llmd-precise", Source: "§1.3 precise prefix, shipped weights 2/1/1", NeedsEvents: true, New: newLLMDPrecise},
+		{Name: "llmd-token-prefill", Source: "§1.4 affinity filter + token-load", New: newLLMDTokenPrefill},
+		{Name: "llmd-token-decode", Source: "§1.4 active-request scorer", New: newLLMDTokenDecode},
+		{Name: "dynamo", Source: "§2.2 linear cost, credit decay 0", NeedsEvents: true, New: func(e Env) Policy { return newDynamo(e, 0) }},
+		{Name: "dynamo-decay", Source: "§2.4 credit decay 1", NeedsEvents: true, New: func(e Env) Policy { return newDynamo(e, 1) }},
+		{Name: "oracle", Source: "perfect cache and queue knowledge, longest match", NeedsExact: true, New: newOracle},
+		{Name: "oracle-bounded", Source: "oracle + bounded loads (ε = 0.25)", NeedsExact: true, New: newOracleBounded},
+	}
+}
+
+// Select returns the factories named in names (all when names is empty), in the order given.
+func Select(names []string) ([]Factory, error) { return SelectWith(names, Options{}) }
+
+// SelectWith is Select with options.
+func SelectWith(names []string, o Options) ([]Factory, error) {
+	all := AllWith(o)
+	if len(names) == 0 {
+		return all, nil
+	}
+	by := map[string]Factory{}
+	for _, f := range all {
+		by[f.Name] = f
+	}
+	out := make([]Factory, 0, len(names))
+	for _, n := range names {
+		f, ok := by[n]
+		if !ok {
+			known := make([]string, 0, len(all))
+			for _, f := range all {
+				known = append(known, f.Name)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("unknown policy %q (known: %v)", n, known)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// nop gives policies that keep no per-request state the three callbacks.
+type nop struct{}
+
+func (nop) Dispatched(*Request, string)          {}
+func (nop) FirstToken(*Request, string, float64) {}
+func (nop) Finished(*Request, string)            {}
+
+// argmaxRandom returns the index of the highest score, ties broken uniformly at random (the
+// max-score picker shuffles before a stable sort, which is the same thing).
+func argmaxRandom(scores []float64, rng *rand.Rand) int {
+	best, n := -1, 0
+	for i, s := range scores {
+		switch {
+		case best < 0 || s > scores[best]+1e-12:
+			best, n = i, 1
+		case s >= scores[best]-1e-12:
+			n++
+			if rng.IntN(n) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// fewestInFlight returns the endpoint with the fewest router-local requests, ties at random.
+func fewestInFlight(eps []Endpoint, rng *rand.Rand) int {
+	s := make([]float64, len(eps))
+	for i, e := range eps {
+		s[i] = -float64(e.InFlight)
+	}
+	return argmaxRandom(s, rng)
+}
+
+// gpuMatches returns each endpoint's contiguous GPU prefix in blocks from an index.
+func gpuMatches(ix *kvindex.Index, tokens []uint32) map[string]int {
+	out := map[string]int{}
+	if ix == nil {
+		return out
+	}
+	for _, m := range ix.Lookup(tokens, kvindex.LookupOptions{}) {
+		if g := m.Blocks[kvevents.MediumGPU]; g > out[m.Source.Endpoint] {
+			out[m.Source.Endpoint] = g
+		}
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+// Package report writes kvbench's results: a table on stdout, report.json (the field names the
+// project documents), and a self-contained report.html with inline SVG charts (no scripts, no
+// external stylesheets: it opens from a file, offline).
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvrouter/kvrouter/internal/bench/metrics"
+)
+
+// Report is one workload's results.
+type Report struct {
+	Workload    string      `json:"workload"`
+	Description string      `json:"description,omitempty"`
+	Mode        string      `json:"mode"`
+	Seed        uint64      `json:"seed"`
+	Command     string      `json:"command,omitempty"`
+	Fleet       string      `json:"fleet,omitempty"`
+	SLO         metrics.SLO `json:"slo"`
+	// Rate is the rate of the headline runs in Policies.
+	Rate     float64          `json:"rate"`
+	Policies []metrics.Result `json:"policies"`
+	// Sweep holds every run of the rate sweep (Policies is its slice at Rate).
+	Sweep []metrics.Result `json:"sweep,omitempty"`
+}
+
+// WriteTable prints the headline runs as an aligned table.
+func WriteTable(w io.Writer, r *Report) error {
+	fmt.Fprintf(w, "workload %s (%s, rate %g, SLO TTFT<=%gs ITL<=%gs)\n", r.Workload, r.Mode, r.Rate, r.SLO.TTFT, r.SLO.ITL)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tout tok/s\tgoodput\tTTFT p50\tp90\tp99\tITL p50\tE2E p50\tp99\thit\tpreempt\tCoV\tnew share\tdone\t")
+	for _, p := range r.Policies {
+		share := "-"
+		if p.ScaledUpShare != nil {
+			share = fmt.Sprintf("%.2f/%.2f", *p.ScaledUpShare, *p.ScaledUpFairShare)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%d\t%.2f\t%s\t%d/%d\t\n",
+			p.Policy, p.OutputThroughput, p.Goodput, secs(p.TTFTP50), secs(p.TTFTP90), secs(p.TTFTP99),
+			secs(p.ITLP50), secs(p.E2EP50), secs(p.E2EP99), 100*p.HitRate, p.Preemptions, p.ImbalanceCoV, share,
+			p.Completed, p.Requests)
+	}
+	return tw.Flush()
+}
+
+// secs renders seconds compactly: ms below one second.
+func secs(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%.0fms", s*1000)
+	}
+	return fmt.Sprintf("%.2fs", s)
+}
+
+// WriteFiles writes report.json and report.html into dir.
+func WriteFiles(dir string, r *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	var h strings.Builder
+	if err := WriteHTML(&h, r); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.html"), []byte(h.String()), 0o644)
+}

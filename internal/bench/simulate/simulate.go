@@ -1,0 +1,391 @@
+// Package simulate runs a workload through a fleet of simulated vLLM engines in virtual time: a
+// discrete-event simulation in one goroutine, deterministic for a seed. The engines are the
+// simulator's own engine core (internal/sim/engine) and the routing is a peers.Policy, which for
+// kvrouter is the shipping internal/policy code over an internal/kvindex fed with the engines'
+// real KV events. Nothing here sleeps: an hour of traffic runs in seconds.
+package simulate
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/bench/metrics"
+	"github.com/kvrouter/kvrouter/internal/bench/peers"
+	"github.com/kvrouter/kvrouter/internal/bench/workload"
+	"github.com/kvrouter/kvrouter/internal/kvevents"
+	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/sim/engine"
+	"github.com/kvrouter/kvrouter/internal/sim/timing"
+)
+
+// Config is one run: one workload at one rate through one policy.
+type Config struct {
+	Spec     *workload.Spec
+	Rate     float64
+	Requests []workload.Request
+	Policy   peers.Factory
+	// Seed drives the policy's random choices (ties, random routing).
+	Seed uint64
+	// EventLag is the delay between a step's end and its KV events reaching the router's index
+	// (ZMQ publish, decode, apply). Default 5 ms.
+	EventLag float64
+	// ScrapeInterval is how often engine gauges (waiting, running, KV usage) are refreshed for
+	// policies that read them. Default 50 ms (llm-d's default).
+	ScrapeInterval float64
+	// DrainLimit bounds the run: requests unfinished this long after the last arrival fail.
+	// Default 900 s.
+	DrainLimit float64
+}
+
+type evKind uint8
+
+const (
+	evArrival evKind = iota
+	evStepDone
+	evDeliver
+	evScrape
+	evScaleUp
+)
+
+type event struct {
+	t    float64
+	seq  uint64
+	kind evKind
+	i    int // request index (arrival) or engine index
+	b    any // delivered batch
+}
+
+type queue []event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(a, b int) bool {
+	if q[a].t != q[b].t {
+		return q[a].t < q[b].t
+	}
+	return q[a].seq < q[b].seq
+}
+func (q queue) Swap(a, b int) { q[a], q[b] = q[b], q[a] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type simEngine struct {
+	name   string
+	eng    *engine.Engine
+	busy   bool
+	res    engine.StepResult
+	scrape peers.Endpoint
+	steps  int
+}
+
+type reqState struct {
+	w        *workload.Request
+	prompt   []uint32
+	output   []uint32
+	er       *engine.Request
+	pr       peers.Request
+	ep       int
+	lastTok  float64
+	children int
+}
+
+type sim struct {
+	cfg     Config
+	q       queue
+	seq     uint64
+	now     float64
+	engines []*simEngine
+	active  int // engines[:active] take traffic
+	inflt   []int
+	pol     peers.Policy
+	events  *kvindex.Index
+	exact   *kvindex.Index
+	reqs    []reqState
+	recs    []metrics.Record
+	itl     []float64
+	left    int
+	ecfg    engine.Config
+	lastArr float64
+	su      *metrics.ScaleUp
+}
+
+// Run simulates one run and returns its figures.
+func Run(cfg Config) (metrics.Result, error) {
+	if cfg.EventLag <= 0 {
+		cfg.EventLag = 0.005
+	}
+	if cfg.ScrapeInterval <= 0 {
+		cfg.ScrapeInterval = 0.05
+	}
+	if cfg.DrainLimit <= 0 {
+		cfg.DrainLimit = 900
+	}
+	spec := cfg.Spec
+	prof, err := timing.Lookup(spec.Fleet.Profile)
+	if err != nil {
+		return metrics.Result{}, err
+	}
+	seed := "0"
+	s := &sim{cfg: cfg, ecfg: engine.Config{
+		Profile: prof, BlockSize: spec.Fleet.BlockSize, NumBlocks: spec.Fleet.NumBlocks, MaxModelLen: spec.Fleet.MaxModelLen,
+		HashAlgo: "sha256_cbor", HashSeed: &seed, EmitEvents: cfg.Policy.NeedsEvents || cfg.Policy.NeedsExact,
+	}}
+	clock := func() time.Time { return time.Unix(0, 0).Add(time.Duration(s.now * float64(time.Second))) }
+	if cfg.Policy.NeedsEvents {
+		s.events = kvindex.New(kvindex.Config{BlockSize: spec.Fleet.BlockSize, Now: clock})
+	}
+	if cfg.Policy.NeedsExact {
+		s.exact = kvindex.New(kvindex.Config{BlockSize: spec.Fleet.BlockSize, Now: clock})
+	}
+	total := spec.Fleet.Engines
+	if spec.ScaleUp != nil {
+		total += spec.ScaleUp.Add
+	}
+	for i := range total {
+		e, err := engine.New(s.ecfg)
+		if err != nil {
+			return metrics.Result{}, fmt.Errorf("engine %d: %w", i, err)
+		}
+		s.engines = append(s.engines, &simEngine{name: fmt.Sprintf("engine-%02d", i), eng: e})
+	}
+	s.active = spec.Fleet.Engines
+	s.inflt = make([]int, total)
+	s.pol = cfg.Policy.New(peers.Env{
+		BlockSize: spec.Fleet.BlockSize,
+		Rand:      rand.New(rand.NewPCG(cfg.Seed, 0x6b7662656e6368)),
+		Now:       func() float64 { return s.now },
+		Events:    s.events, Exact: s.exact,
+	})
+
+	s.reqs = make([]reqState, len(cfg.Requests))
+	s.recs = make([]metrics.Record, len(cfg.Requests))
+	for i := range cfg.Requests {
+		w := &cfg.Requests[i]
+		s.reqs[i] = reqState{w: w, ep: -1}
+		if w.Parent >= 0 {
+			s.reqs[w.Parent].children++
+			continue
+		}
+		s.push(w.At, evArrival, i, nil)
+		s.lastArr = max(s.lastArr, w.At)
+	}
+	s.left = len(cfg.Requests)
+	if spec.ScaleUp != nil {
+		s.push(spec.ScaleUp.AtFraction*s.lastArr, evScaleUp, 0, nil)
+	}
+	s.push(0, evScrape, 0, nil)
+
+	start := time.Now()
+	deadline := s.lastArr + cfg.DrainLimit
+	for s.q.Len() > 0 && s.left > 0 {
+		ev := heap.Pop(&s.q).(event)
+		if ev.t > deadline {
+			break
+		}
+		s.now = ev.t
+		switch ev.kind {
+		case evArrival:
+			s.arrive(ev.i)
+		case evStepDone:
+			s.stepDone(ev.i)
+		case evDeliver:
+			s.events.Apply(kvindex.SourceID{Endpoint: s.engines[ev.i].name}, ev.b.(*kvevents.Batch))
+		case evScrape:
+			for _, e := range s.engines[:s.active] {
+				st := e.eng.Stats()
+				e.scrape = peers.Endpoint{Name: e.name, Waiting: st.Waiting, Running: st.Running, KVUsage: st.KVUsage, NumBlocks: st.NumBlocks}
+			}
+			s.push(s.now+cfg.ScrapeInterval, evScrape, 0, nil)
+		case evScaleUp:
+			s.su = &metrics.ScaleUp{At: s.now, Total: len(s.engines)}
+			for _, e := range s.engines[s.active:] {
+				e.eng.AdvanceTo(s.now)
+				s.su.Added = append(s.su.Added, e.name)
+			}
+			s.active = len(s.engines)
+		}
+	}
+	wall := time.Since(start).Seconds()
+
+	names := make([]string, 0, len(s.engines))
+	for _, e := range s.engines[:s.active] {
+		names = append(names, e.name)
+	}
+	for i := range s.reqs {
+		if s.recs[i].Finish == 0 {
+			s.recs[i].Failed = true
+		}
+	}
+	res := metrics.Summarize(s.recs, s.itl, names, metrics.SLO{TTFT: spec.SLO.TTFTSeconds, ITL: spec.SLO.ITLSeconds}, 0, s.su)
+	res.Policy, res.Source, res.Rate = cfg.Policy.Name, cfg.Policy.Source, cfg.Rate
+	steps := 0
+	for _, e := range s.engines {
+		steps += e.steps
+	}
+	res.Extra = map[string]float64{"sim_wall_s": wall, "engine_steps": float64(steps), "virtual_s": s.now}
+	if sr, ok := s.pol.(peers.StatsReporter); ok {
+		for k, v := range sr.Stats() {
+			res.Extra[k] = v
+		}
+	}
+	return res, nil
+}
+
+func (s *sim) push(t float64, k evKind, i int, b any) {
+	s.seq++
+	heap.Push(&s.q, event{t: t, seq: s.seq, kind: k, i: i, b: b})
+}
+
+// arrive routes request i and hands it to the chosen engine.
+func (s *sim) arrive(i int) {
+	st := &s.reqs[i]
+	w := st.w
+	rec := &s.recs[i]
+	rec.Arrival = s.now
+	if w.Parent >= 0 {
+		p := &s.reqs[w.Parent]
+		st.prompt = make([]uint32, 0, len(p.prompt)+len(p.output)+w.PromptLen())
+		st.prompt = append(append(st.prompt, p.prompt...), p.output...)
+		if p.children--; p.children == 0 {
+			p.prompt, p.output = nil, nil
+		}
+	}
+	for _, seg := range w.Segments {
+		st.prompt = seg.AppendTokens(st.prompt)
+	}
+	rec.PromptTokens = len(st.prompt)
+	eps := make([]peers.Endpoint, s.active)
+	for j, e := range s.engines[:s.active] {
+		eps[j] = e.scrape
+		eps[j].Name = e.name
+		eps[j].InFlight = s.inflt[j]
+		if eps[j].NumBlocks == 0 {
+			eps[j].NumBlocks = e.eng.Config().NumBlocks
+		}
+	}
+	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session}
+	j := s.pol.Pick(&st.pr, eps)
+	if j < 0 || j >= s.active {
+		j = 0
+	}
+	e := s.engines[j]
+	st.ep = j
+	rec.Endpoint = e.name
+	s.pol.Dispatched(&st.pr, e.name)
+	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i)}
+	if !e.busy {
+		e.eng.AdvanceTo(s.now)
+	}
+	if err := e.eng.Submit(st.er); err != nil {
+		// Too long for the model, or similar: the engine would answer 400.
+		rec.Failed = true
+		s.pol.Finished(&st.pr, e.name)
+		s.finishOne(i)
+		return
+	}
+	s.inflt[j]++
+	if !e.busy {
+		s.kick(j)
+	}
+}
+
+// kick starts the next step of engine j at s.now if it has work.
+func (s *sim) kick(j int) {
+	e := s.engines[j]
+	for e.eng.HasWork() {
+		res := e.eng.Step()
+		if res.Duration > 0 {
+			e.busy, e.res = true, res
+			e.steps++
+			s.push(res.Start+res.Duration, evStepDone, j, nil)
+			return
+		}
+		// Nothing schedulable (e.g. only events to hand out): publish and stop.
+		s.publish(j, res)
+		if len(res.Tokens) == 0 && len(res.Finished) == 0 {
+			return
+		}
+	}
+}
+
+func (s *sim) stepDone(j int) {
+	e := s.engines[j]
+	e.busy = false
+	res := e.res
+	e.res = engine.StepResult{}
+	s.publish(j, res)
+	s.kick(j)
+}
+
+// publish makes one step's results visible at s.now: tokens, finished requests, KV events.
+func (s *sim) publish(j int, res engine.StepResult) {
+	e := s.engines[j]
+	for _, tok := range res.Tokens {
+		i := reqIndex(tok.Req)
+		st, rec := &s.reqs[i], &s.recs[i]
+		if tok.First || rec.FirstToken == 0 {
+			rec.FirstToken = s.now
+			s.pol.FirstToken(&st.pr, e.name, s.now-rec.Arrival)
+		} else {
+			s.itl = append(s.itl, s.now-st.lastTok)
+		}
+		st.lastTok = s.now
+	}
+	for _, r := range res.Finished {
+		i := reqIndex(r)
+		st, rec := &s.reqs[i], &s.recs[i]
+		rec.Finish = s.now
+		rec.OutputTokens = len(r.Output)
+		rec.CachedTokens = r.CachedTokens()
+		rec.Preemptions = r.Preemptions()
+		s.inflt[j]--
+		s.pol.Finished(&st.pr, e.name)
+		if st.children > 0 {
+			st.output = append([]uint32(nil), r.Output...)
+		} else {
+			st.prompt = nil
+		}
+		st.er = nil
+		s.finishOne(i)
+	}
+	if len(res.Events) > 0 {
+		name := e.name
+		if s.exact != nil {
+			s.exact.Apply(kvindex.SourceID{Endpoint: name}, toBatch(res.Events, s.now))
+		}
+		if s.events != nil {
+			s.push(s.now+s.cfg.EventLag, evDeliver, j, toBatch(res.Events, s.now))
+		}
+	}
+}
+
+// finishOne counts a request out and releases its follow-ups.
+func (s *sim) finishOne(i int) {
+	s.left--
+	for c := i + 1; c < len(s.reqs) && s.reqs[i].children > 0; c++ {
+		if s.reqs[c].w.Parent == i {
+			if s.recs[i].Failed {
+				// A conversation whose turn failed ends; its later turns fail too.
+				s.recs[c].Failed = true
+				s.reqs[i].children--
+				s.finishOne(c)
+				continue
+			}
+			s.push(s.now+s.reqs[c].w.At, evArrival, c, nil)
+			break // one follow-up per request
+		}
+	}
+}
+
+// reqIndex recovers the request index from the engine request ID kvbench gave it.
+func reqIndex(r *engine.Request) int {
+	i, _ := strconv.Atoi(r.ID)
+	return i
+}

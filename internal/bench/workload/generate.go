@@ -1,0 +1,295 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Request is one request of a run.
+type Request struct {
+	ID int
+	// At is the arrival time in seconds from the start of the run. For a follow-up (Parent >= 0)
+	// it is the think time after the parent finished instead.
+	At float64
+	// Parent is the index of the request this one continues: its prompt starts with the parent's
+	// prompt and the parent's answer. -1 for none.
+	Parent int
+	// Segments make up the prompt (after the parent's context).
+	Segments  []Segment
+	MaxTokens int
+	// Session identifies a conversation or agent (session-affinity policies key on it).
+	Session string
+	// Truncated is set when the prompt was cut to fit the model's context.
+	Truncated bool
+}
+
+// PromptLen is the number of tokens in the request's own segments.
+func (r *Request) PromptLen() int {
+	n := 0
+	for _, s := range r.Segments {
+		n += s.Len
+	}
+	return n
+}
+
+// Tokens returns the request's own prompt tokens (not the parent's context).
+func (r *Request) Tokens() []uint32 {
+	out := make([]uint32, 0, r.PromptLen())
+	for _, s := range r.Segments {
+		out = s.AppendTokens(out)
+	}
+	return out
+}
+
+// Text returns the request's own prompt text.
+func (r *Request) Text() string {
+	var b strings.Builder
+	for _, s := range r.Segments {
+		s.AppendText(&b)
+	}
+	return b.String()
+}
+
+// Options are run-time inputs to Generate that the spec does not hold.
+type Options struct {
+	// TracesDir is where trace files are read from.
+	TracesDir string
+	// MaxPromptTokens truncates longer prompts (0: no limit); output tokens are kept.
+	MaxPromptTokens int
+}
+
+// Generate returns the requests of one run at rate (requests/s, or the trace speed-up), sorted by
+// arrival with follow-ups after their parents. The same spec, rate and seed give the same requests.
+func Generate(s *Spec, rate float64, opt Options) ([]Request, error) {
+	rng := rand.New(rand.NewPCG(s.Seed, math.Float64bits(rate)))
+	g := &gen{s: s, rate: rate, rng: rng, limit: s.Load.Requests}
+	if s.Load.Duration > 0 {
+		g.window = s.Load.Duration
+	}
+	var err error
+	switch s.Kind {
+	case KindSharedPrefix:
+		g.sharedPrefix()
+	case KindMultiTurn:
+		g.sessions(s.MultiTurn, "chat")
+	case KindAgentic:
+		g.sessions(s.Agentic, "agent")
+	case KindUnique:
+		g.poisson(func(i int) Request {
+			return Request{Segments: []Segment{{SeedOf(s.Seed, 1, uint64(i)), s.Unique.PromptTokens}}, MaxTokens: s.Unique.OutputTokens}
+		})
+	case KindHotPrefix, KindZipf:
+		g.prefixMix()
+	case KindSiblings:
+		g.siblings()
+	case KindTrace:
+		err = g.trace(opt.TracesDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	reqs := g.out
+	if opt.MaxPromptTokens > 0 {
+		truncate(reqs, opt.MaxPromptTokens)
+	}
+	for i := range reqs {
+		reqs[i].ID = i
+	}
+	return reqs, nil
+}
+
+type gen struct {
+	s      *Spec
+	rate   float64
+	rng    *rand.Rand
+	limit  int
+	window float64
+	out    []Request
+}
+
+// more reports whether another arrival at t fits the run's bounds.
+func (g *gen) more(t float64) bool {
+	if g.limit > 0 && len(g.out) >= g.limit {
+		return false
+	}
+	return g.window <= 0 || t < g.window
+}
+
+// poisson appends independent requests with exponential inter-arrival times.
+func (g *gen) poisson(mk func(i int) Request) {
+	t := 0.0
+	for i := 0; g.more(t); i++ {
+		r := mk(i)
+		r.At, r.Parent = t, -1
+		g.out = append(g.out, r)
+		t += g.rng.ExpFloat64() / g.rate
+	}
+}
+
+func (g *gen) sharedPrefix() {
+	sp, seed := g.s.SharedPrefix, g.s.Seed
+	g.poisson(func(int) Request {
+		grp, user := g.rng.IntN(sp.Groups), g.rng.IntN(sp.PromptsPerGroup)
+		return Request{
+			Segments: []Segment{
+				{SeedOf(seed, 2, uint64(grp)), sp.SystemTokens},
+				{SeedOf(seed, 3, uint64(grp), uint64(user)), sp.QuestionTokens},
+			},
+			MaxTokens: sp.OutputTokens,
+			Session:   fmt.Sprintf("g%d-u%d", grp, user),
+		}
+	})
+}
+
+// sessions starts sessions as a Poisson process at rate/turns, so the request rate is about
+// rate once sessions overlap; each later turn waits for the previous answer plus think time.
+func (g *gen) sessions(ss *Sessions, label string) {
+	seed := g.s.Seed
+	turns := max(1, ss.Turns)
+	t := 0.0
+	for sess := 0; g.more(t); sess++ {
+		sys := g.rng.IntN(max(1, ss.SystemPrompts))
+		name := fmt.Sprintf("%s-%d", label, sess)
+		parent := -1
+		for turn := 0; turn < turns && (g.limit <= 0 || len(g.out) < g.limit); turn++ {
+			r := Request{Parent: parent, MaxTokens: ss.OutputTokens, Session: name}
+			if turn == 0 {
+				r.At = t
+				r.Segments = []Segment{{SeedOf(seed, 4, uint64(sys)), ss.SystemTokens}, {SeedOf(seed, 5, uint64(sess)), ss.FirstTokens}}
+			} else {
+				r.At = g.rng.ExpFloat64() * ss.ThinkSeconds
+				r.Segments = []Segment{{SeedOf(seed, 6, uint64(sess), uint64(turn)), ss.NewTokens}}
+			}
+			parent = len(g.out)
+			g.out = append(g.out, r)
+		}
+		t += g.rng.ExpFloat64() * float64(turns) / g.rate
+	}
+}
+
+func (g *gen) prefixMix() {
+	pm, seed := g.s.HotPrefix, g.s.Seed
+	var zipf *rand.Zipf
+	if g.s.Kind == KindZipf {
+		pm = g.s.Zipf
+		zipf = rand.NewZipf(g.rng, math.Max(pm.S, 1.0001), 1, uint64(max(1, pm.Prefixes)-1))
+	}
+	g.poisson(func(i int) Request {
+		var p uint64
+		switch {
+		case zipf != nil:
+			p = zipf.Uint64()
+		case g.rng.Float64() < pm.HotShare:
+			p = 0
+		default:
+			p = 1 + uint64(g.rng.IntN(max(1, pm.Prefixes)))
+		}
+		return Request{
+			Segments:  []Segment{{SeedOf(seed, 7, p), pm.PrefixTokens}, {SeedOf(seed, 8, uint64(i)), pm.SuffixTokens}},
+			MaxTokens: pm.OutputTokens,
+		}
+	})
+}
+
+// siblings: bursts of N identical prompts arrive together (Poisson bursts at rate/N).
+func (g *gen) siblings() {
+	sb, seed := g.s.Siblings, g.s.Seed
+	t := 0.0
+	for b := 0; g.more(t); b++ {
+		for k := 0; k < sb.N && (g.limit <= 0 || len(g.out) < g.limit); k++ {
+			g.out = append(g.out, Request{
+				At: t, Parent: -1, MaxTokens: sb.OutputTokens, Session: fmt.Sprintf("burst-%d", b),
+				Segments: []Segment{{SeedOf(seed, 9, uint64(b)), sb.PromptTokens}},
+			})
+		}
+		t += g.rng.ExpFloat64() * float64(sb.N) / g.rate
+	}
+}
+
+func (g *gen) trace(dir string) error {
+	tr := g.s.Trace
+	path := tr.File
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, tr.File)
+	}
+	var recs []TraceRecord
+	var err error
+	if tr.Format == "mooncake" {
+		recs, err = ReadMooncake(path)
+	} else {
+		recs, err = ReadAzure(path)
+	}
+	if err != nil {
+		return err
+	}
+	for i, rec := range recs {
+		at := rec.At / g.rate
+		if !g.more(at) {
+			break
+		}
+		out := rec.OutputTokens
+		if tr.MaxOutputTokens > 0 {
+			out = min(out, tr.MaxOutputTokens)
+		}
+		r := Request{At: at, Parent: -1, MaxTokens: max(1, out)}
+		if len(rec.HashIDs) == 0 {
+			r.Segments = []Segment{{SeedOf(g.s.Seed, 10, uint64(i)), rec.InputTokens}}
+		} else {
+			left := rec.InputTokens
+			for _, h := range rec.HashIDs {
+				n := min(left, tr.BlockTokens)
+				if n <= 0 {
+					break
+				}
+				// Equal hash ids are equal blocks, and a block's id covers its whole prefix, so
+				// seeding each block by its id reproduces the trace's sharing exactly.
+				r.Segments = append(r.Segments, Segment{SeedOf(g.s.Seed, 11, h), n})
+				left -= n
+			}
+			if left > 0 {
+				r.Segments = append(r.Segments, Segment{SeedOf(g.s.Seed, 12, uint64(i)), left})
+			}
+		}
+		g.out = append(g.out, r)
+	}
+	return nil
+}
+
+// truncate cuts prompts (own segments, from the end) so that no request exceeds max tokens.
+func truncate(reqs []Request, maxTokens int) {
+	for i := range reqs {
+		r := &reqs[i]
+		limit := maxTokens - r.MaxTokens
+		if r.Parent >= 0 || limit <= 0 {
+			continue
+		}
+		if r.PromptLen() <= limit {
+			continue
+		}
+		r.Truncated = true
+		n := 0
+		for j := range r.Segments {
+			if n+r.Segments[j].Len > limit {
+				r.Segments[j].Len = limit - n
+				r.Segments = r.Segments[:j+1]
+				break
+			}
+			n += r.Segments[j].Len
+		}
+	}
+}
+
+// SortByArrival orders independent requests by arrival; follow-ups keep their relative order.
+// Generate already returns arrival order for every kind; this is for callers that merge runs.
+func SortByArrival(reqs []Request) {
+	sort.SliceStable(reqs, func(a, b int) bool {
+		if reqs[a].Parent >= 0 || reqs[b].Parent >= 0 {
+			return false
+		}
+		return reqs[a].At < reqs[b].At
+	})
+}

@@ -1,0 +1,224 @@
+// Package workload declares kvbench's workloads (YAML specs under bench/workloads/), generates
+// their requests deterministically from a seed, and reads the public request traces (Mooncake
+// FAST'25 JSONL, Azure 2023 CSV) into the same request form. Simulation and live mode consume
+// the same requests.
+package workload
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Kinds of workload.
+const (
+	KindSharedPrefix = "shared-prefix"
+	KindMultiTurn    = "multi-turn"
+	KindAgentic      = "agentic"
+	KindUnique       = "unique"
+	KindHotPrefix    = "hot-prefix"
+	KindZipf         = "zipf"
+	KindSiblings     = "siblings"
+	KindTrace        = "trace"
+)
+
+// Spec is one workload file.
+type Spec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        string `json:"kind"`
+	Seed        uint64 `json:"seed"`
+	Fleet       Fleet  `json:"fleet"`
+	Load        Load   `json:"load"`
+	SLO         SLO    `json:"slo"`
+	// ScaleUp adds replicas part-way through each run.
+	ScaleUp *ScaleUp `json:"scaleUp,omitempty"`
+
+	SharedPrefix *SharedPrefix `json:"sharedPrefix,omitempty"`
+	MultiTurn    *Sessions     `json:"multiTurn,omitempty"`
+	Agentic      *Sessions     `json:"agentic,omitempty"`
+	Unique       *Unique       `json:"unique,omitempty"`
+	HotPrefix    *PrefixMix    `json:"hotPrefix,omitempty"`
+	Zipf         *PrefixMix    `json:"zipf,omitempty"`
+	Siblings     *Siblings     `json:"siblings,omitempty"`
+	Trace        *Trace        `json:"trace,omitempty"`
+}
+
+// Fleet is the simulated engine fleet (simulation mode only; live mode uses what it targets).
+type Fleet struct {
+	Engines int `json:"engines"`
+	// Profile is an internal/sim/timing profile name (default h100-qwen2.5-32b-tp2).
+	Profile   string `json:"profile,omitempty"`
+	BlockSize int    `json:"blockSize,omitempty"` // default 64
+	// NumBlocks overrides the KV capacity per engine (0: derived from the profile).
+	NumBlocks   int `json:"numBlocks,omitempty"`
+	MaxModelLen int `json:"maxModelLen,omitempty"`
+}
+
+// Load is the arrival process of one run; each entry of Rates is one run of a sweep.
+type Load struct {
+	// Rates in requests per second (Poisson). For trace workloads they are speed-up factors
+	// applied to the trace's timestamps (1 = as recorded).
+	Rates []float64 `json:"rates"`
+	// Requests caps the requests of one run; Duration (seconds of arrivals) caps it too.
+	Requests int     `json:"requests,omitempty"`
+	Duration float64 `json:"duration,omitempty"`
+	// Primary is the rate whose run the headline table reports (default: the highest).
+	Primary float64 `json:"primary,omitempty"`
+}
+
+// SLO is the service-level objective goodput is measured against: a request counts toward
+// goodput when its TTFT and its mean inter-token latency are within the targets.
+type SLO struct {
+	TTFTSeconds float64 `json:"ttftSeconds"`
+	ITLSeconds  float64 `json:"itlSeconds"`
+}
+
+// ScaleUp adds Add engines at AtFraction of the arrival window.
+type ScaleUp struct {
+	AtFraction float64 `json:"atFraction"`
+	Add        int     `json:"add"`
+}
+
+// SharedPrefix is the llm-d / inference-perf shared_prefix workload: Groups system prompts, each
+// with PromptsPerGroup questions; every request picks one of the Groups×PromptsPerGroup prompts.
+type SharedPrefix struct {
+	Groups          int `json:"groups"`
+	PromptsPerGroup int `json:"promptsPerGroup"`
+	SystemTokens    int `json:"systemTokens"`
+	QuestionTokens  int `json:"questionTokens"`
+	OutputTokens    int `json:"outputTokens"`
+}
+
+// Sessions describes multi-turn chat and agentic loops: each session opens with a shared system
+// prompt (one of SystemPrompts), then Turns requests, each continuing the previous one (prompt +
+// answer + a new user message or tool result of NewTokens) after ThinkSeconds (exponential mean).
+type Sessions struct {
+	SystemPrompts int     `json:"systemPrompts"`
+	SystemTokens  int     `json:"systemTokens"`
+	Turns         int     `json:"turns"`
+	FirstTokens   int     `json:"firstTokens"`
+	NewTokens     int     `json:"newTokens"`
+	OutputTokens  int     `json:"outputTokens"`
+	ThinkSeconds  float64 `json:"thinkSeconds"`
+}
+
+// Unique prompts share nothing.
+type Unique struct {
+	PromptTokens int `json:"promptTokens"`
+	OutputTokens int `json:"outputTokens"`
+}
+
+// PrefixMix draws a prefix per request (one hot prefix with probability HotShare for hot-prefix;
+// Zipf(S) over Prefixes for zipf) and appends a unique suffix.
+type PrefixMix struct {
+	Prefixes     int     `json:"prefixes"`
+	S            float64 `json:"s,omitempty"`
+	HotShare     float64 `json:"hotShare,omitempty"`
+	PrefixTokens int     `json:"prefixTokens"`
+	SuffixTokens int     `json:"suffixTokens"`
+	OutputTokens int     `json:"outputTokens"`
+}
+
+// Siblings are bursts of N identical requests (n parallel samples of one prompt).
+type Siblings struct {
+	N            int `json:"count"`
+	PromptTokens int `json:"promptTokens"`
+	OutputTokens int `json:"outputTokens"`
+}
+
+// Trace replays a public trace.
+type Trace struct {
+	// Format is "mooncake" (JSONL with hash_ids) or "azure" (CSV of lengths and timestamps).
+	Format string `json:"format"`
+	// File is the trace's file name, resolved against the --traces directory.
+	File string `json:"file"`
+	// BlockTokens is the trace's hash block size (Mooncake: 512).
+	BlockTokens int `json:"blockTokens,omitempty"`
+	// MaxOutputTokens caps output lengths (0: as recorded).
+	MaxOutputTokens int `json:"maxOutputTokens,omitempty"`
+}
+
+// Load reads and validates a workload file.
+func LoadFile(path string) (*Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s Spec
+	if err := yaml.UnmarshalStrict(b, &s); err != nil {
+		return nil, fmt.Errorf("workload %s: %w", path, err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("workload %s: %w", path, err)
+	}
+	return &s, nil
+}
+
+// Validate fills defaults and checks that the kind's section is present and sane.
+func (s *Spec) Validate() error {
+	if s.Name == "" {
+		return errors.New("name is required")
+	}
+	if s.Fleet.Engines < 1 {
+		return errors.New("fleet.engines must be at least 1")
+	}
+	if s.Fleet.BlockSize == 0 {
+		s.Fleet.BlockSize = 64
+	}
+	if s.Fleet.Profile == "" {
+		s.Fleet.Profile = "h100-qwen2.5-32b-tp2"
+	}
+	if len(s.Load.Rates) == 0 {
+		return errors.New("load.rates needs at least one rate")
+	}
+	for _, r := range s.Load.Rates {
+		if !(r > 0) {
+			return fmt.Errorf("load.rates must be positive, got %v", r)
+		}
+	}
+	if s.Load.Requests <= 0 && s.Load.Duration <= 0 && s.Kind != KindTrace {
+		return errors.New("load.requests or load.duration must bound the run")
+	}
+	if s.SLO.TTFTSeconds <= 0 || s.SLO.ITLSeconds <= 0 {
+		return errors.New("slo.ttftSeconds and slo.itlSeconds must be positive")
+	}
+	if s.ScaleUp != nil && (s.ScaleUp.Add < 1 || s.ScaleUp.AtFraction <= 0 || s.ScaleUp.AtFraction >= 1) {
+		return errors.New("scaleUp needs add >= 1 and 0 < atFraction < 1")
+	}
+	present := map[string]bool{
+		KindSharedPrefix: s.SharedPrefix != nil, KindMultiTurn: s.MultiTurn != nil, KindAgentic: s.Agentic != nil,
+		KindUnique: s.Unique != nil, KindHotPrefix: s.HotPrefix != nil, KindZipf: s.Zipf != nil,
+		KindSiblings: s.Siblings != nil, KindTrace: s.Trace != nil,
+	}
+	has, known := present[s.Kind]
+	if !known {
+		return fmt.Errorf("unknown kind %q", s.Kind)
+	}
+	if !has {
+		return fmt.Errorf("kind %s needs a %s section", s.Kind, s.Kind)
+	}
+	if s.Trace != nil {
+		if s.Trace.Format != "mooncake" && s.Trace.Format != "azure" {
+			return fmt.Errorf("trace.format must be mooncake or azure, got %q", s.Trace.Format)
+		}
+		if s.Trace.BlockTokens == 0 {
+			s.Trace.BlockTokens = 512
+		}
+	}
+	return nil
+}
+
+// PrimaryRate is the rate reported in the headline table.
+func (s *Spec) PrimaryRate() float64 {
+	if s.Load.Primary > 0 {
+		return s.Load.Primary
+	}
+	m := 0.0
+	for _, r := range s.Load.Rates {
+		m = max(m, r)
+	}
+	return m
+}
