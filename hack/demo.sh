@@ -54,10 +54,10 @@ mkdir -p "$OUT"
 } >"$OUT/endpoints.yaml"
 
 start_engines() {
-	PYTHONHASHSEED=0 "$BIN/vllm-sim" --model demo/llama-8b --host 127.0.0.1 --port "$BASE" --engines $ENGINES \
-		--block-size 16 --num-gpu-blocks-override 500 --time-scale "$SCALE" --prefix-caching-hash-algo sha256_cbor \
 	# vLLM binds only when the endpoint holds "*" or "::": [::1] binds IPv6 loopback, so nothing
 	# outside this machine can reach the demo's event ports.
+	PYTHONHASHSEED=0 "$BIN/vllm-sim" --model demo/llama-8b --host 127.0.0.1 --port "$BASE" --engines $ENGINES \
+		--block-size 16 --num-gpu-blocks-override 500 --time-scale "$SCALE" --prefix-caching-hash-algo sha256_cbor \
 		--kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://[::1]:$((BASE + 557))\",\"replay_endpoint\":\"tcp://[::1]:$((BASE + 558))\",\"topic\":\"kv@engine-{engine}@demo\"}" \
 		--log-level warn >>"$OUT/vllm-sim.log" 2>&1 &
 	engines_pid=$!
