@@ -120,12 +120,24 @@ type EngineSpec struct {
 	// +optional
 	PrefixCachingHashAlgo string `json:"prefixCachingHashAlgo,omitempty"`
 
-	// ExtraArgs are appended to the vLLM command line.
+	// The CEL rule below mirrors internal/render.ManagedEngineFlags;
+	// TestCRDRulesAgreeWithValidate keeps them in step.
+
+	// ExtraArgs are appended to the vLLM command line. They may not repeat a flag the operator
+	// sets from the spec (vLLM keeps the last occurrence, so a second --block-size or
+	// --prefix-caching-hash-algo would make the engines' block hashes disagree with the
+	// router's index).
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^(--(model|served[-_]model[-_]name|port|tensor[-_]parallel[-_]size|pipeline[-_]parallel[-_]size|block[-_]size|max[-_]model[-_]len|prefix[-_]caching[-_]hash[-_]algo|kv[-_]events[-_]config|nnodes|node[-_]rank|master[-_]addr|headless|distributed[-_]executor[-_]backend)|-tp|-pp)(=.*)?$'))",message="spec.engine.extraArgs must not set a flag the operator manages (--model, --served-model-name, --port, --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp, --block-size, --max-model-len, --prefix-caching-hash-algo, --kv-events-config, --nnodes, --node-rank, --master-addr, --headless, --distributed-executor-backend): use the matching spec field"
 	// +optional
 	ExtraArgs []string `json:"extraArgs,omitempty"`
 
-	// Env adds environment variables to the engine container.
+	// Env adds environment variables to the engine container. PYTHONHASHSEED, POD_NAME and
+	// POD_IP are the operator's: the hash seed must match the router's, and the KV-event topic
+	// names the pod.
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['PYTHONHASHSEED', 'POD_NAME', 'POD_IP']))",message="spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP: the operator sets them to what the router and the KV-event topic need"
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
@@ -270,7 +282,9 @@ type KVRouterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready (summary), Progressing, Degraded, and the missing-CRD condition.
+	// Conditions: Ready (summary), Progressing, Degraded, CRDsInstalled, and from the router's
+	// /v1/status: RouterStatusAvailable, CacheThrashing, EventsDegraded, TokenizerDegraded and
+	// EngineConfigMismatch.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -296,6 +310,86 @@ type KVRouterStatus struct {
 	// router Service.
 	// +optional
 	URL string `json:"url,omitempty"`
+
+	// Cache is the fleet's prefix-cache and preemption picture, read from the router's
+	// /v1/status. Absent until the router has answered once.
+	// +optional
+	Cache *CacheStatus `json:"cache,omitempty"`
+
+	// Endpoints has one row per engine endpoint the router routes to, sorted by name (at most
+	// 64 rows; EndpointsOmitted counts the rest).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Endpoints []EndpointStatus `json:"endpoints,omitempty"`
+
+	// EndpointsOmitted is the number of endpoints beyond the rows in Endpoints.
+	// +optional
+	EndpointsOmitted int32 `json:"endpointsOmitted,omitempty"`
+}
+
+// CacheStatus is the fleet's prefix-cache behaviour over a recent window. Rates are strings:
+// percentages such as "87.5%", and per-minute rates such as "1.5".
+type CacheStatus struct {
+	// HitRate is the prefix-cache hit rate the engines measured over Window, token-weighted:
+	// the increase of vllm:prefix_cache_hits_total over that of vllm:prefix_cache_queries_total,
+	// summed over the engines. Empty when no prompt reached an engine in the window. A prompt
+	// recomputed after its request was preempted counts as a hit again, so a high rate next to
+	// a high preemption rate means thrashing (see the CacheThrashing condition).
+	// +optional
+	HitRate string `json:"hitRate,omitempty"`
+
+	// PredictedHitRate is the share of prompt tokens the router expected the chosen engine to
+	// hold when it routed them (from its KV-event index), over the last minute, as reported by
+	// the router replica that answered. Well below HitRate: the index misses events; well
+	// above: engines evict before requests arrive.
+	// +optional
+	PredictedHitRate string `json:"predictedHitRate,omitempty"`
+
+	// PreemptionsPerMinute is the rate of vllm:num_preemptions_total over Window, summed over
+	// the engines.
+	// +optional
+	PreemptionsPerMinute string `json:"preemptionsPerMinute,omitempty"`
+
+	// Window is the span the rates are measured over.
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// LastSampleTime is when the router reported the values shown. The operator reads the router
+	// every 30 seconds but writes only when a value changes, and at least every 5 minutes.
+	// +optional
+	LastSampleTime *metav1.Time `json:"lastSampleTime,omitempty"`
+}
+
+// EndpointStatus is one engine endpoint as the router sees it.
+type EndpointStatus struct {
+	// Name is the endpoint's name in the router (the pod name, with "#rank" for a data-parallel
+	// rank).
+	Name string `json:"name"`
+	// Ready is true when the router sends it new requests.
+	Ready bool `json:"ready"`
+	// NotReadyReason says why the router does not route to it.
+	// +optional
+	NotReadyReason string `json:"notReadyReason,omitempty"`
+	// HitRate is the engine's own prefix-cache hit rate over the window ("" without queries).
+	// +optional
+	HitRate string `json:"hitRate,omitempty"`
+	// KVUsage is the share of its KV-cache blocks in use.
+	// +optional
+	KVUsage string `json:"kvUsage,omitempty"`
+	// PreemptionsPerMinute over the window.
+	// +optional
+	PreemptionsPerMinute string `json:"preemptionsPerMinute,omitempty"`
+	// EventLag is how far the router's view of its KV events trails the engine, e.g. "0.2s".
+	// +optional
+	EventLag string `json:"eventLag,omitempty"`
+	// EventGaps counts sequence gaps in its KV-event stream since the router started.
+	// +optional
+	EventGaps int64 `json:"eventGaps,omitempty"`
+	// EventsHealthy is false when its KV events are not current (disconnected, stale, or missing).
+	// +optional
+	EventsHealthy bool `json:"eventsHealthy"`
 }
 
 // ReplicaStatus counts the replicas of one workload.
@@ -312,10 +406,16 @@ type ReplicaStatus struct {
 // +kubebuilder:subresource:scale:specpath=.spec.engine.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=kvr,categories=all
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="HitRate",type=string,JSONPath=`.status.cache.hitRate`,description="Prefix-cache hit rate the engines measured over status.cache.window"
+// +kubebuilder:printcolumn:name="Preemptions",type=string,JSONPath=`.status.cache.preemptionsPerMinute`,description="Engine preemptions per minute over status.cache.window"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Predicted",type=string,JSONPath=`.status.cache.predictedHitRate`,priority=1,description="Hit rate the router predicted"
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// metadata.name must be a DNS-1035 label of at most 56 characters: it names the router Service
+// ("<name>-router").
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter and ending with a letter or digit) of at most 56 characters: it names the KVRouter's Services"
 type KVRouter struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

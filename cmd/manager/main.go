@@ -56,6 +56,7 @@ type managerConfig struct {
 	labelAllowList    []string
 	labelAllowListSet bool
 	recheckInterval   time.Duration
+	statusInterval    time.Duration
 	zap               zap.Options
 }
 
@@ -73,14 +74,11 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", "kvrouter-operator.serving.kvrouter.dev", "name of the leader election Lease")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty: the manager's own namespace")
-	defaultImage := os.Getenv("KVROUTER_IMAGE")
-	if defaultImage == "" {
-		defaultImage = render.DefaultImage
-	}
-	fs.StringVar(&c.image, "kvrouter-image", defaultImage, "image that runs the router (and vllm-sim in simulate mode); default $KVROUTER_IMAGE")
+	bindImageFlags(fs, &c.image)
 	watch := fs.String("watch-namespaces", "", "comma-separated namespaces to reconcile KVRouters in; empty: all")
 	allow := fs.String("label-allow-list", "", "comma-separated label keys copied from a KVRouter to its children (default "+strings.Join(render.DefaultLabelAllowList, ",")+"); \"-\" copies none")
 	fs.DurationVar(&c.recheckInterval, "crd-recheck-interval", controller.DefaultRecheckInterval, "how often optional CRDs (Gateway API, KEDA, LeaderWorkerSet) are rediscovered")
+	fs.DurationVar(&c.statusInterval, "router-status-interval", controller.DefaultStatusPollInterval, "how often each KVRouter's router is read (GET /v1/status) for the cache status and conditions")
 	c.zap.BindFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +100,10 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 		if *allow != "-" {
 			c.labelAllowList = append(c.labelAllowList, splitList(*allow)...)
 		}
+	}
+	if c.statusInterval <= 0 {
+		fmt.Fprintln(stderr, "--router-status-interval must be positive")
+		return nil, errors.New("--router-status-interval must be positive")
 	}
 	if c.recheckInterval <= 0 {
 		fmt.Fprintln(stderr, "--crd-recheck-interval must be positive")
@@ -167,11 +169,12 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		return 1
 	}
 	r := &controller.KVRouterReconciler{
-		Client:          mgr.GetClient(),
-		Scheme:          mgr.GetScheme(),
-		Recorder:        mgr.GetEventRecorder("kvrouter-operator"),
-		RenderOptions:   render.Options{Image: c.image, LabelAllowList: c.labelAllowList},
-		RecheckInterval: c.recheckInterval,
+		Client:             mgr.GetClient(),
+		Scheme:             mgr.GetScheme(),
+		Recorder:           mgr.GetEventRecorder("kvrouter-operator"),
+		RenderOptions:      render.Options{Image: c.image, LabelAllowList: c.labelAllowList},
+		StatusPollInterval: c.statusInterval,
+		RecheckInterval:    c.recheckInterval,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the KVRouter controller")
@@ -191,4 +194,15 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// bindImageFlags binds --kvrouter-image, the documented name shared by the manager and
+// `manager render`, and --image, an alias kept because `manager render --image` shipped first.
+func bindImageFlags(fs *flag.FlagSet, image *string) {
+	def := os.Getenv("KVROUTER_IMAGE")
+	if def == "" {
+		def = render.DefaultImage
+	}
+	fs.StringVar(image, "kvrouter-image", def, "image that runs the router (and vllm-sim in simulate mode); default $KVROUTER_IMAGE, else "+render.DefaultImage)
+	fs.StringVar(image, "image", def, "alias of --kvrouter-image")
 }

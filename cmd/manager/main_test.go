@@ -90,3 +90,24 @@ func TestRunHelp(t *testing.T) {
 		}
 	}
 }
+
+// The manager and `manager render` take the image under the same documented name, and both
+// still accept --image.
+func TestImageFlagNames(t *testing.T) {
+	for _, name := range []string{"--kvrouter-image", "--image"} {
+		c, err := parseFlags([]string{name, "registry.example.com/kvrouter:" + name[2:]}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.image != "registry.example.com/kvrouter:"+name[2:] {
+			t.Errorf("manager %s: image = %q", name, c.image)
+		}
+		var out, errOut bytes.Buffer
+		if rc := runRender([]string{"-f", "../../config/samples/kvrouter_simulate.yaml", name, "r.example.com/k:" + name[2:]}, &out, &errOut); rc != 0 {
+			t.Fatalf("manager render %s: exit %d: %s", name, rc, errOut.String())
+		}
+		if !strings.Contains(out.String(), "image: r.example.com/k:"+name[2:]) {
+			t.Errorf("manager render %s: the image is not in the output", name)
+		}
+	}
+}

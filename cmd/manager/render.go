@@ -18,17 +18,18 @@ import (
 	"github.com/kvrouter/kvrouter/internal/render"
 )
 
-// runRender implements `manager render -f FILE [--image IMG] [--namespace NS]`: it prints the
+// runRender implements `manager render -f FILE [--kvrouter-image IMG] [--namespace NS]`: it prints the
 // objects the operator would apply for the KVRouters in FILE as one multi-document YAML stream.
 // It runs render.Objects, the function the reconciler runs, and needs no cluster.
 func runRender(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("manager render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", `KVRouter manifest to render (YAML, one or more documents); "-" reads stdin`)
-	image := fs.String("image", render.DefaultImage, "kvrouter image for the router and, in simulate mode, vllm-sim")
+	image := new(string)
+	bindImageFlags(fs, image)
 	namespace := fs.String("namespace", "default", "namespace of KVRouters whose manifest names none")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: manager render -f FILE [--image IMG] [--namespace NS]\n\n"+
+		fmt.Fprintf(stderr, "Usage: manager render -f FILE [--kvrouter-image IMG] [--namespace NS]\n\n"+
 			"Prints the objects the operator creates for a KVRouter manifest, without a cluster.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}

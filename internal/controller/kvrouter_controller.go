@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +37,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/routerstatus"
 )
 
 // DefaultRecheckInterval is how often the optional CRDs are rediscovered, and how soon a
@@ -78,6 +81,19 @@ type KVRouterReconciler struct {
 	RenderOptions render.Options
 	// RecheckInterval overrides DefaultRecheckInterval (tests shorten it).
 	RecheckInterval time.Duration
+
+	// RouterURL returns the base URL of a KVRouter's router HTTP API, which the operator reads
+	// /v1/status from. Nil: the router Service (render.RouterServiceURL). Tests point it at a
+	// stub, since envtest has no Service networking.
+	RouterURL func(*v1alpha1.KVRouter) string
+	// HTTPClient reads the router's status. Nil: http.DefaultClient.
+	HTTPClient *http.Client
+	// StatusPollInterval overrides DefaultStatusPollInterval; StatusTimeout bounds one read
+	// (default routerstatus.DefaultTimeout).
+	StatusPollInterval time.Duration
+	StatusTimeout      time.Duration
+	// StatusThresholds tune the router-derived conditions. Zero: routerstatus.DefaultThresholds.
+	StatusThresholds *routerstatus.Thresholds
 
 	kinds *kindRegistry
 	ctrl  controller.Controller
@@ -143,7 +159,7 @@ func (r *KVRouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.ctrl = c
-	return nil
+	return r.setupStatusPoller(mgr)
 }
 
 // newObject returns an empty object of gvk for watches: typed when the scheme knows the kind,
@@ -299,12 +315,17 @@ func roleOf(kvr *v1alpha1.KVRouter, u *unstructured.Unstructured) workloadRole {
 	return roleOther
 }
 
-// writeStatus applies the whole status through the status subresource. Server-side apply, rather
-// than a merge patch computed against the cached object, needs no resourceVersion (so no
-// conflicts with concurrent spec edits) and removes fields the operator stops reporting. The uid
+// writeStatus applies the status through the status subresource, less what the status poller
+// owns (status.cache, status.endpoints and the router-derived conditions; see routerpoll.go).
+// Server-side apply, rather than a merge patch computed against the cached object, needs no
+// resourceVersion (so no conflicts with concurrent spec edits) and removes fields the operator
+// stops reporting. The uid
 // makes sure a KVRouter deleted and recreated meanwhile does not get a stale status.
 func (r *KVRouterReconciler) writeStatus(ctx context.Context, kvr *v1alpha1.KVRouter) error {
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&kvr.Status)
+	own := kvr.Status.DeepCopy()
+	own.Cache, own.Endpoints, own.EndpointsOmitted = nil, nil, 0
+	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool { return isRouterCondition(c.Type) })
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(own)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/render"
 )
 
@@ -41,6 +43,21 @@ const kedaModule = "github.com/kedacore/keda/v2@v2.21.0"
 
 // testRecheck is how often the operator under test rediscovers optional CRDs.
 const testRecheck = time.Second
+
+// testStatusPoll is how often the operator under test reads a router's /v1/status.
+const testStatusPoll = 300 * time.Millisecond
+
+// routerStubs maps "namespace/name" of a KVRouter to the base URL of a stub router status server
+// (envtest has no Service networking). KVRouters without a stub get a closed loopback port: an
+// unreachable router.
+var routerStubs sync.Map
+
+func stubRouterURL(kvr *v1alpha1.KVRouter) string {
+	if u, ok := routerStubs.Load(kvr.Namespace + "/" + kvr.Name); ok {
+		return u.(string)
+	}
+	return "http://127.0.0.1:1"
+}
 
 var (
 	// A cluster admin's client of the control plane with every CRD installed, shared by the
@@ -210,11 +227,14 @@ func startOperator(cfg *rest.Config) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	r := &KVRouterReconciler{
-		Client:          mgr.GetClient(),
-		Scheme:          mgr.GetScheme(),
-		Recorder:        mgr.GetEventRecorder("kvrouter-operator"),
-		RenderOptions:   render.Options{Image: "kvrouter:test"},
-		RecheckInterval: testRecheck,
+		Client:             mgr.GetClient(),
+		Scheme:             mgr.GetScheme(),
+		Recorder:           mgr.GetEventRecorder("kvrouter-operator"),
+		RenderOptions:      render.Options{Image: "kvrouter:test"},
+		RecheckInterval:    testRecheck,
+		RouterURL:          stubRouterURL,
+		StatusPollInterval: testStatusPoll,
+		StatusTimeout:      time.Second,
 	}
 	Expect(r.SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,10 +2,13 @@ package controller
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kvrouter/kvrouter/internal/render"
 )
 
 // The CRD's schema and CEL rules refuse bad specs at the API server, with messages that name the
@@ -37,7 +40,32 @@ var _ = Describe("KVRouter validation", func() {
 		Entry("a tensor parallel size that is not a power of two",
 			makeKVRouter("", "bad-tp-enum").TP(3),
 			"spec.engine.tensorParallelSize: Unsupported value: 3"),
+		Entry("a name too long for the router Service",
+			makeKVRouter("", strings.Repeat("n", render.MaxNameLength+1)),
+			"metadata.name must be a DNS-1035 label"),
+		Entry("a name that is not a DNS-1035 label",
+			makeKVRouter("", "1-starts-with-a-digit"),
+			"metadata.name must be a DNS-1035 label"),
+		Entry("extraArgs repeating --block-size",
+			makeKVRouter("", "bad-args").ExtraArgs("--enable-chunked-prefill", "--block-size", "32"),
+			"spec.engine.extraArgs must not set a flag the operator manages"),
+		Entry("extraArgs setting a managed flag with = and underscores",
+			makeKVRouter("", "bad-args-eq").ExtraArgs("--prefix_caching_hash-algo=sha256"),
+			"spec.engine.extraArgs must not set a flag the operator manages"),
+		Entry("extraArgs using the short alias -tp",
+			makeKVRouter("", "bad-args-short").ExtraArgs("-tp", "4"),
+			"spec.engine.extraArgs must not set a flag the operator manages"),
+		Entry("env overriding PYTHONHASHSEED",
+			makeKVRouter("", "bad-env").Env("PYTHONHASHSEED", "1"),
+			"spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP"),
 	)
+
+	It("accepts the longest name and flags that only share a prefix with managed ones", func() {
+		kvr := makeKVRouter(ns, strings.Repeat("n", render.MaxNameLength)).
+			ExtraArgs("--model-impl", "vllm", "--port-range=1", "--max-model-len-hint", "-tpx").
+			Env("POD_NAMESPACE", "x").Obj()
+		Expect(k8sClient.Create(context.Background(), kvr)).To(Succeed())
+	})
 
 	It("accepts a valid multi-node spec", func() {
 		kvr := makeKVRouter(ns, "good-multinode").MultiNode(2, 8).Obj()

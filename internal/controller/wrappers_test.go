@@ -46,6 +46,10 @@ func (w *kvrWrapper) Policy(p v1alpha1.RoutingPolicy) *kvrWrapper {
 	return w
 }
 func (w *kvrWrapper) ExtraArgs(a ...string) *kvrWrapper { w.kvr.Spec.Engine.ExtraArgs = a; return w }
+func (w *kvrWrapper) Env(name, value string) *kvrWrapper {
+	w.kvr.Spec.Engine.Env = append(w.kvr.Spec.Engine.Env, corev1.EnvVar{Name: name, Value: value})
+	return w
+}
 func (w *kvrWrapper) Label(k, v string) *kvrWrapper {
 	if w.kvr.Labels == nil {
 		w.kvr.Labels = map[string]string{}

@@ -35,8 +35,15 @@ const (
 	volumeShm    = "dshm"
 	volumeModels = "model-cache"
 
-	// engineGracePeriod lets vLLM finish in-flight streams after SIGTERM.
-	engineGracePeriod = 60
+	// engineDrainSeconds is the preStop pause before vLLM gets SIGTERM. A pod being deleted is
+	// dropped from routing by every router replica as soon as its watch shows the deletion
+	// (well under a second); meanwhile the engine keeps serving the streams it has, and takes
+	// no new ones. Without the pause, SIGTERM could reach vLLM before a router has noticed,
+	// and a request routed in that moment would fail.
+	engineDrainSeconds = 30
+	// engineGracePeriod covers the drain pause plus the time vLLM's server takes after SIGTERM
+	// to finish the streams that are still open.
+	engineGracePeriod = 120
 )
 
 // engineRole says which kind of pod a template is for.
@@ -138,6 +145,8 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 			{Name: PortNameKVReplay, ContainerPort: KVReplayPort, Protocol: corev1.ProtocolTCP},
 		}
 		c.StartupProbe, c.ReadinessProbe, c.LivenessProbe = engineProbes(kvr)
+		// The sleep action needs no binary in the image (the kvrouter image has none).
+		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: engineDrainSeconds}}}
 	}
 
 	volumes := []corev1.Volume{

@@ -119,10 +119,11 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 
 // managedFlag returns the managed flag that arg sets ("--block-size" for "--block-size=32"), or "".
 func managedFlag(arg string) string {
-	if !strings.HasPrefix(arg, "--") {
-		return shortFlags[arg]
-	}
 	name, _, _ := strings.Cut(arg, "=")
+	if !strings.HasPrefix(name, "--") {
+		// argparse takes "-tp=4" as well as "-tp 4".
+		return shortFlags[name]
+	}
 	// vLLM's argument parser accepts underscores for dashes (--block_size).
 	name = "--" + strings.ReplaceAll(strings.TrimPrefix(name, "--"), "_", "-")
 	for _, f := range ManagedEngineFlags {

@@ -116,12 +116,24 @@ type RouterStats struct {
 	PromptTokens       uint64  `json:"promptTokens"`
 	CachedPromptTokens uint64  `json:"cachedPromptTokens"`
 	RoutedHitRate      float64 `json:"routedHitRate"`
+	// Window is the same over the last minute (absent until the first snapshot of the counters),
+	// to compare with the engines' Fleet.HitRate over the same span.
+	Window *RoutedWindow `json:"window,omitempty"`
 	// Decisions by reason (prefix, saturated, load, ...).
 	Decisions map[string]uint64 `json:"decisions"`
 	// TokenizeFailures counts requests routed by load alone because /tokenize failed.
 	TokenizeFailures uint64 `json:"tokenizeFailures"`
 	Retries          uint64 `json:"retries"`
 	Rejected         uint64 `json:"rejected"`
+}
+
+// RoutedWindow is the routing counters' increase over the last minute (Seconds: the span covered,
+// shorter right after the router starts). RoutedHitRate is 0 when PromptTokens is.
+type RoutedWindow struct {
+	Seconds            float64 `json:"seconds"`
+	PromptTokens       uint64  `json:"promptTokens"`
+	CachedPromptTokens uint64  `json:"cachedPromptTokens"`
+	RoutedHitRate      float64 `json:"routedHitRate"`
 }
 
 // Degradation is one thing not working as designed.

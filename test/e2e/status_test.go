@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/internal/routerstatus"
+)
+
+const (
+	mQueries     = "vllm:prefix_cache_queries_total"
+	mHits        = "vllm:prefix_cache_hits_total"
+	mPreemptions = "vllm:num_preemptions_total"
+)
+
+// The hit rate and preemptions that reach the KVRouter status are the engines' own counters:
+// the router's /v1/status agrees with what the test scrapes from each vllm-sim, and the
+// operator's status code turns that into the same numbers.
+func TestStatusMatchesEngineCounters(t *testing.T) {
+	needBinaries(t)
+	// A KV cache of 40 blocks (640 tokens) cannot hold four ~400-token sequences at once, so the
+	// engines preempt; shared prefixes make hits.
+	var engines []*engine
+	for i := range 2 {
+		engines = append(engines, startEngine(t, fmt.Sprintf("e%d", i), "5", "--num-gpu-blocks-override", "40"))
+	}
+	file := filepath.Join(t.TempDir(), "endpoints.yaml")
+	writeFile(t, file, endpointsYAML(engines))
+	router := startRouter(t, file)
+	waitConnected(t, router, 2)
+	// The router's rates start from its first scrape of each engine: take it before the traffic,
+	// so that the window covers all of it.
+	waitStatus(t, router, "a scrape of every idle engine", func(st routerapi.Status) bool {
+		for _, ep := range st.Endpoints {
+			if ep.Engine == nil {
+				return false
+			}
+		}
+		return len(st.Endpoints) == 2
+	})
+	began := time.Now()
+
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 4 {
+				prompt := strings.Repeat(fmt.Sprintf("shared context %d ", w%3), 60) + fmt.Sprintf("question %d-%d", w, i)
+				post(t, router, completion(prompt, 150, false))
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The engines are idle now; wait for the router's next scrape of every engine.
+	own := map[string]map[string]float64{}
+	for _, e := range engines {
+		own[e.name] = counters(t, e.url, mQueries, mHits, mPreemptions)
+	}
+	st := waitStatus(t, router, "a scrape of the final counters", func(st routerapi.Status) bool {
+		for _, ep := range st.Endpoints {
+			if ep.Engine == nil || ep.Engine.PrefixCacheQueries != own[ep.Name][mQueries] ||
+				ep.Engine.Preemptions != own[ep.Name][mPreemptions] {
+				return false
+			}
+		}
+		return len(st.Endpoints) == 2
+	})
+	elapsed := time.Since(began)
+
+	var queries, hits, preemptions, perMinute float64
+	for _, ep := range st.Endpoints {
+		c := own[ep.Name]
+		if ep.Engine.PrefixCacheHits != c[mHits] {
+			t.Errorf("%s: router says %v prefix-cache hits, the engine %v", ep.Name, ep.Engine.PrefixCacheHits, c[mHits])
+		}
+		// Each engine's window covers the whole run (it is shorter than a minute, and the
+		// router's first sample predates the traffic), so its rate is its counters' ratio.
+		if want := c[mHits] / c[mQueries]; !ep.Engine.HitRateValid || math.Abs(ep.Engine.HitRate-want) > 1e-9 {
+			t.Errorf("%s: hit rate %v (valid %v), engine counters give %v", ep.Name, ep.Engine.HitRate, ep.Engine.HitRateValid, want)
+		}
+		queries += c[mQueries]
+		hits += c[mHits]
+		preemptions += c[mPreemptions]
+		perMinute += ep.Engine.PreemptionsPerMinute
+	}
+	if preemptions == 0 || hits == 0 {
+		t.Fatalf("the workload caused %v preemptions and %v hit tokens; the test needs both", preemptions, hits)
+	}
+	wantRate := hits / queries
+	if !st.Fleet.HitRateValid || math.Abs(st.Fleet.HitRate-wantRate) > 1e-9 {
+		t.Errorf("fleet hit rate %v, engines' counters give %v", st.Fleet.HitRate, wantRate)
+	}
+	if math.Abs(st.Fleet.PreemptionsPerMinute-perMinute) > 1e-9 {
+		t.Errorf("fleet preemptions/min %v, sum of the endpoints' %v", st.Fleet.PreemptionsPerMinute, perMinute)
+	}
+	// The rate's window is at most the run, so it is at least the count over the run.
+	if lower := preemptions / elapsed.Minutes(); st.Fleet.PreemptionsPerMinute < lower*0.999 {
+		t.Errorf("fleet preemptions/min %v below %v preemptions over %s", st.Fleet.PreemptionsPerMinute, preemptions, elapsed)
+	}
+
+	// The router's prediction over its window covers the whole run too.
+	if w := st.Router.Window; w == nil || w.PromptTokens != st.Router.PromptTokens || w.PromptTokens == 0 ||
+		math.Abs(w.RoutedHitRate-st.Router.RoutedHitRate) > 1e-9 {
+		t.Errorf("router window %+v, lifetime %v prompt tokens at %v", w, st.Router.PromptTokens, st.Router.RoutedHitRate)
+	}
+
+	// What the operator writes onto the KVRouter.
+	kvr := &v1alpha1.KVRouterStatus{}
+	routerstatus.Apply(kvr, 1, routerstatus.Expect{BlockSize: 16, HashAlgo: "sha256_cbor"}, &st, time.Now(), &routerstatus.Memo{}, routerstatus.DefaultThresholds())
+	if want := fmt.Sprintf("%.1f%%", wantRate*100); kvr.Cache.HitRate != want {
+		t.Errorf("status.cache.hitRate %q, want %q", kvr.Cache.HitRate, want)
+	}
+	if want := fmt.Sprintf("%.1f", st.Fleet.PreemptionsPerMinute); kvr.Cache.PreemptionsPerMinute != want {
+		t.Errorf("status.cache.preemptionsPerMinute %q, want %q", kvr.Cache.PreemptionsPerMinute, want)
+	}
+	if want := fmt.Sprintf("%.1f%%", st.Router.RoutedHitRate*100); kvr.Cache.PredictedHitRate != want {
+		t.Errorf("status.cache.predictedHitRate %q, want %q", kvr.Cache.PredictedHitRate, want)
+	}
+	if len(kvr.Endpoints) != 2 || kvr.Endpoints[0].Name != "e0" || kvr.Endpoints[0].HitRate == "" || !kvr.Endpoints[0].EventsHealthy {
+		t.Errorf("status.endpoints %+v", kvr.Endpoints)
+	}
+	for _, c := range kvr.Conditions {
+		if c.Type == routerstatus.ConditionEngineConfigMismatch && c.Status != "False" {
+			t.Errorf("engines with the spec's block size and hash algorithm reported as mismatched: %s", c.Message)
+		}
+	}
+	t.Logf("hit rate %.3f over %v query tokens, %v preemptions (%.1f/min), predicted hit rate %.3f",
+		wantRate, queries, preemptions, st.Fleet.PreemptionsPerMinute, st.Router.RoutedHitRate)
+}
+
+// Scale-down: an endpoint that turns not ready (a terminating pod, during its preStop pause)
+// gets no new request at once, and the stream it is serving runs to its end.
+func TestLeavingEndpointDrains(t *testing.T) {
+	needBinaries(t)
+	// Slowed down so that one stream outlasts the steps below.
+	engines := []*engine{startEngine(t, "e0", "0.3"), startEngine(t, "e1", "0.3")}
+	file := filepath.Join(t.TempDir(), "endpoints.yaml")
+	writeFile(t, file, endpointsYAML(engines))
+	router := startRouter(t, file)
+	waitConnected(t, router, 2)
+
+	resp, err := http.Post(router+"/v1/completions", "application/json",
+		strings.NewReader(completion(strings.Repeat("a long running story ", 20), 200, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: HTTP %d", resp.StatusCode)
+	}
+	leaving := resp.Header.Get("X-Kvrouter-Endpoint")
+	staying := "e0"
+	if leaving == "e0" {
+		staying = "e1"
+	}
+	var finished atomic.Bool
+	type result struct {
+		chunks int
+		done   bool
+	}
+	streamed := make(chan result, 1)
+	go func() {
+		chunks, done := readStream(resp.Body)
+		finished.Store(true)
+		streamed <- result{chunks, done}
+	}()
+
+	writeFile(t, file, endpointsYAML(engines, leaving))
+	waitStatus(t, router, leaving+" not ready", func(st routerapi.Status) bool { return st.ReadyEndpoints == 1 })
+	if finished.Load() {
+		t.Fatal("the stream ended before the endpoint left; the test proves nothing (slow the engines down)")
+	}
+	for i := range 6 {
+		if got := post(t, router, completion(fmt.Sprintf("new request %d", i), 2, false)); got != staying {
+			t.Errorf("request %d went to %q while %s was leaving", i, got, leaving)
+		}
+	}
+
+	select {
+	case r := <-streamed:
+		if !r.done || r.chunks < 100 {
+			t.Fatalf("the leaving endpoint's stream was cut: %d chunks, [DONE]=%v", r.chunks, r.done)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the leaving endpoint's stream did not finish")
+	}
+
+	// The pod is gone: the endpoint leaves the list.
+	writeFile(t, file, endpointsYAML([]*engine{engines[map[string]int{"e0": 0, "e1": 1}[staying]]}))
+	waitStatus(t, router, "one endpoint listed", func(st routerapi.Status) bool { return len(st.Endpoints) == 1 })
+}
