@@ -74,20 +74,37 @@ type Config struct {
 	// router's plus the others' estimated from the scrape) takes no more. 0 means no limit.
 	MaxInFlight int
 	// SaturationFactor: the prefix holder is saturated when its predicted TTFT for this request
-	// exceeds this multiple of the best predicted TTFT in the fleet. Default 1.5.
+	// exceeds this multiple of the best alternative's (which includes the recompute there) and
+	// the time saved outweighs what the recompute costs the alternative's streams. Default 1.5.
 	SaturationFactor float64
 	// TargetTTFT (seconds), optional: a holder predicted above it is released whenever another
-	// endpoint predicts better, even by less than SaturationFactor. 0 disables it.
+	// endpoint predicts better, even by less than SaturationFactor and whatever the recompute
+	// costs the fleet. 0 disables it.
 	TargetTTFT float64
-	// DecodeSlack: a decode-bound holder is saturated when it has more than
-	// max(SaturationFactor × fewest, fewest + DecodeSlack) active streams. Default 4.
+	// DecodeSlack: under DecodeBound, a holder is saturated when it has more than
+	// max(SaturationFactor × fewest, fewest + DecodeSlack) active streams. Default 4. (Auto and
+	// PrefillBound use the cost gates below instead: see saturated.)
 	DecodeSlack int
+	// LoadBound is the ε of consistent hashing with bounded loads: a released request (Auto,
+	// PrefillBound) only goes to an endpoint whose active streams, with it, stay within
+	// (1+ε) × the fleet's mean, so releases do not herd onto one endpoint whose latency model
+	// has not caught up yet; and under Auto a holder past KVPressure is released when it is
+	// over that cap. Default 0.25.
+	LoadBound float64
+	// KVPressure: the KV-cache usage (scraped, 0..1) above which an endpoint's decode load
+	// costs other requests (new streams queue for memory or preempt running ones). Auto
+	// releases a holder over the bounded-load cap on streams only when it is under this
+	// pressure: below it, extra streams batch cheaply and moving would only recompute the
+	// prefix elsewhere. Default 0.85.
+	KVPressure float64
 	// Tier credits: how much a cached token on a slower tier is worth relative to one on the GPU
 	// (it still has to be loaded back). Defaults 0.75 (CPU), 0.25 (storage), 0.9 (predicted: the
 	// router sent this prefix there moments ago and the engine has not reported it yet).
 	CPUCredit, StorageCredit, PredictedCredit float64
-	// PrefillRatio: Auto treats a request as prefill-bound when its uncached prompt tokens (on the
+	// PrefillRatio: a request is classified prefill-bound when its uncached prompt tokens (on the
 	// endpoint holding most of it) are at least this many times its expected output. Default 4.
+	// The shape is reported (Decision.Shape, a metric label); Auto's decisions are cost-based
+	// and do not switch on it.
 	PrefillRatio float64
 	// MinPrefixShare: an endpoint is a prefix holder worth sticking to only if it holds more
 	// than every other candidate by at least this share of the prompt (and one block). A chat
@@ -114,6 +131,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DecodeSlack <= 0 {
 		c.DecodeSlack = 4
+	}
+	if c.LoadBound <= 0 {
+		c.LoadBound = 0.25
+	}
+	if c.KVPressure <= 0 {
+		c.KVPressure = 0.85
 	}
 	if c.CPUCredit <= 0 {
 		c.CPUCredit = 0.75
@@ -223,6 +246,7 @@ type candidate struct {
 	work      int     // queued prefill (local + remote) + own uncached
 	ttft      float64 // predicted
 	streams   int
+	kvUsage   float64
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
 }
@@ -308,7 +332,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		if cfg.MaxInFlight > 0 && streams >= cfg.MaxInFlight {
 			continue
 		}
-		c := candidate{idx: i, streams: streams}
+		c := candidate{idx: i, streams: streams, kvUsage: e.Load.KVUsage}
 		if req.Tokenized && req.PromptTokens > 0 {
 			c.credit = p.credit(e.Cached, req.PromptTokens)
 		}
@@ -335,12 +359,13 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 
 	shape := p.shape(req, cands)
 	for i := range cands {
-		if shape == ShapeDecode {
-			// Streams first; predicted TTFT only orders endpoints with equal streams.
-			cands[i].loadScore = float64(cands[i].streams) + cands[i].ttft/(1+cands[i].ttft)
-		} else {
-			cands[i].loadScore = cands[i].ttft
-		}
+		// Auto scores every request by its predicted TTFT, which charges each endpoint the
+		// prefix it would recompute: a released decode-shaped request goes where it is
+		// cheapest, not merely to the fewest streams (which recomputes a long prefix on an
+		// engine that may be deep in prefill). Decode load enters through the stream-first
+		// placement of new prefixes (place), the bounded-load cap on releases and the
+		// KV-pressure release gate (saturated).
+		cands[i].loadScore = cands[i].ttft
 	}
 
 	var chosen int // index into cands
@@ -376,13 +401,14 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		holder := p.holder(cands, req.PromptTokens)
 		switch {
 		case holder < 0:
-			chosen, reason = p.byLoad(cands), ReasonLoad
+			chosen, reason = p.place(cands), ReasonLoad
 		case cfg.Kind == PrefixOnly:
 			chosen, reason = holder, ReasonPrefix
-		case p.saturated(shape, cands, holder):
-			chosen, reason = p.byLoad(cands), ReasonSaturated
 		default:
 			chosen, reason = holder, ReasonPrefix
+			if sat, alt := p.saturated(eps, cands, holder); sat {
+				chosen, reason = alt, ReasonSaturated
+			}
 		}
 	}
 
@@ -460,29 +486,186 @@ func (p *Policy) holder(cands []candidate, prompt int) int {
 	return best
 }
 
-// saturated reports whether staying on the holder would cost this request much more than the
-// best alternative. For prefill-bound requests that is measured in predicted TTFT, which already
-// credits the holder's cache (the alternative must compute the whole prompt), so the gate opens
-// only when the holder's queue outweighs the recompute; for decode-bound requests it is active
-// streams.
-func (p *Policy) saturated(shape Shape, cands []candidate, holder int) bool {
+// saturated reports whether staying on the holder costs more than moving, and if so where the
+// request goes instead (see releaseTarget). Staying recomputes nothing; moving recomputes the
+// prefix the holder has, on an engine whose other streams wait while it does. Two costs can
+// outweigh that, for any request shape:
+//
+//   - time to first token: predicted TTFT already charges the alternative the whole prompt it
+//     would compute, so the holder is released when its queue makes it SaturationFactor × slower
+//     than the alternative even after that, and the time saved exceeds the recompute's cost to
+//     the alternative's streams (recompute time × (1 + its active streams)). The second test is
+//     what keeps a long shared prefix on its holder when every engine is busy: moving then only
+//     trades one queue for another and pays the prefill twice;
+//   - (Auto only) decode load under memory pressure: a holder over the bounded-load cap on
+//     active streams ((1+LoadBound) × the fleet mean) while its KV cache is past KVPressure
+//     makes every new stream wait for memory or preempt another, a cost the TTFT model sees
+//     only after the fact. Without the pressure extra streams batch cheaply, so stream counts
+//     alone never release a holder (a burst of siblings stays together). What this leaves
+//     unpriced is the inter-token latency a big decode batch costs (the policy sees no ITL),
+//     measurable when one prefix carries half the traffic (docs/benchmarks.md, hot-prefix).
+//
+// DecodeBound keeps the plain stream-count rule (see Config.DecodeSlack) for A/B comparison.
+func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder int) (bool, int) {
 	h := &cands[holder]
-	if shape == ShapeDecode {
+	if p.cfg.Kind == DecodeBound {
 		fewest := h.streams
 		for _, c := range cands {
 			fewest = min(fewest, c.streams)
 		}
 		limit := math.Max(p.cfg.SaturationFactor*float64(fewest), float64(fewest+p.cfg.DecodeSlack))
-		return float64(h.streams) > limit
+		if float64(h.streams) > limit {
+			return true, p.byLoad(cands)
+		}
+		return false, -1
 	}
-	best := h.ttft
-	for _, c := range cands {
-		best = math.Min(best, c.ttft)
+	alt := p.releaseTarget(cands, holder)
+	if alt < 0 {
+		return false, -1
 	}
-	if h.ttft > p.cfg.SaturationFactor*best {
-		return true
+	a := &cands[alt]
+	if p.cfg.TargetTTFT > 0 && h.ttft > p.cfg.TargetTTFT && a.ttft < h.ttft {
+		// An explicit latency target outranks the fleet's efficiency.
+		return true, alt
 	}
-	return p.cfg.TargetTTFT > 0 && h.ttft > p.cfg.TargetTTFT && best < h.ttft
+	if h.ttft > p.cfg.SaturationFactor*a.ttft {
+		// The request would get its first token sooner elsewhere. Moving is still only worth
+		// it if the time saved exceeds what the recompute costs the alternative: its prefill
+		// runs in the same steps as the streams decoding there, each of which it delays by
+		// about its own duration.
+		recompute := p.slope(eps[a.idx].Name) * float64(max(0, a.uncached-h.uncached))
+		if h.ttft-a.ttft > recompute*float64(1+a.streams) {
+			return true, alt
+		}
+	}
+	if p.cfg.Kind == Auto && h.kvUsage >= p.cfg.KVPressure && a.streams < h.streams &&
+		float64(h.streams+1) > p.streamBound(cands, 1+p.cfg.LoadBound) {
+		return true, alt
+	}
+	return false, -1
+}
+
+// releaseTarget is where a released request would go: the lowest predicted TTFT (which charges
+// each endpoint the prefix it would recompute, so a partial holder beats an empty one) among
+// the endpoints other than the holder within the bounded-load cap on active streams, near-ties
+// to fewer streams. The cap is what keeps releases from herding: the latency model of an
+// endpoint only learns it is slower once its first tokens come back, and until then every
+// release would pick the same "fast" endpoint (a fresh replica, typically).
+func (p *Policy) releaseTarget(cands []candidate, holder int) int {
+	bound := p.streamBound(cands, 1+p.cfg.LoadBound)
+	best := -1
+	for i := range cands {
+		if i == holder || float64(cands[i].streams+1) > bound {
+			continue
+		}
+		if best < 0 || cands[i].loadScore < cands[best].loadScore {
+			best = i
+		}
+	}
+	if best < 0 {
+		return -1
+	}
+	limit := cands[best].loadScore*(1+p.cfg.TieTolerance) + 1e-12
+	chosen := best
+	for i := range cands {
+		c, b := &cands[i], &cands[chosen]
+		if i == holder || float64(c.streams+1) > bound || c.loadScore > limit {
+			continue
+		}
+		if c.streams < b.streams || (c.streams == b.streams && c.tie > b.tie) {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// streamBound is the bounded-load cap on an endpoint's active streams counting this request:
+// factor × the fleet's mean with this request, rounded up, and never below 2 (one stream
+// already there plus this one is no imbalance).
+func (p *Policy) streamBound(cands []candidate, factor float64) float64 {
+	total := 1
+	for i := range cands {
+		total += cands[i].streams
+	}
+	return math.Max(2, math.Ceil(factor*float64(total)/float64(len(cands))))
+}
+
+// place picks an endpoint for a request no endpoint holds a prefix of worth following.
+//
+// PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
+// following) starts a prefix that later requests will follow, so it is placed for the traffic
+// to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
+// SaturationFactor of the best, the one with the fewest active streams (decode load), then the
+// lower TTFT, then the lower KV usage, then the rendezvous hash. Placing by prefill queue alone
+// makes an engine busy decoding with a full cache look idle, and new prefixes pile onto it.
+func (p *Policy) place(cands []candidate) int {
+	if p.cfg.Kind == PrefillBound {
+		return p.lowestCost(cands)
+	}
+	best := math.Inf(1)
+	for i := range cands {
+		best = math.Min(best, cands[i].loadScore)
+	}
+	ttftCap := p.cfg.SaturationFactor*best + 1e-12
+	chosen := -1
+	for i := range cands {
+		c := &cands[i]
+		if c.loadScore > ttftCap {
+			continue
+		}
+		if chosen < 0 || c.better(&cands[chosen]) {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// better orders cold-placement candidates: fewer streams, lower TTFT, lower KV usage, higher
+// rendezvous hash.
+func (c *candidate) better(b *candidate) bool {
+	switch {
+	case c.streams != b.streams:
+		return c.streams < b.streams
+	case c.loadScore != b.loadScore:
+		return c.loadScore < b.loadScore
+	case c.kvUsage != b.kvUsage:
+		return c.kvUsage < b.kvUsage
+	}
+	return c.tie > b.tie
+}
+
+// lowestCost returns the candidate with the lowest load score; near-ties (within TieTolerance)
+// go to fewer streams, then the rendezvous hash.
+func (p *Policy) lowestCost(cands []candidate) int {
+	best := 0
+	for i := range cands {
+		if cands[i].loadScore < cands[best].loadScore {
+			best = i
+		}
+	}
+	limit := cands[best].loadScore*(1+p.cfg.TieTolerance) + 1e-12
+	chosen := best
+	for i := range cands {
+		c, b := &cands[i], &cands[chosen]
+		if c.loadScore > limit {
+			continue
+		}
+		if c.streams < b.streams || (c.streams == b.streams && c.tie > b.tie) {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// slope is an endpoint's fitted seconds per prefill token (the fleet's while it has too few
+// observations of its own).
+func (p *Policy) slope(endpoint string) float64 {
+	if m := p.models[endpoint]; m != nil && m.Calibrated() {
+		_, b := m.Params()
+		return b
+	}
+	_, b := p.fleetPrior(endpoint)
+	return b
 }
 
 // byLoad returns the candidate with the lowest load score; near-ties (within TieTolerance) go to

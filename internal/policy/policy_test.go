@@ -82,8 +82,9 @@ func TestSaturationScalesWithRecomputeCost(t *testing.T) {
 	}
 }
 
+// DecodeBound keeps the plain stream-count gate (Auto's is cost-based: see the tests below).
 func TestDecodeBoundSaturationOnStreams(t *testing.T) {
-	p := New(Config{Kind: Auto})
+	p := New(Config{Kind: DecodeBound})
 	eps := fleet(2)
 	eps[0].Cached.GPU = 480
 	req := Request{PromptTokens: 500, Tokenized: true, MaxTokens: 500}
@@ -444,5 +445,99 @@ func TestCommonOrTinyPrefixDecidesNothing(t *testing.T) {
 	eps[0].Cached.GPU = 4000
 	if d := p.Pick(prefillReq(8000), eps); d.Endpoint != "e0" || d.Reason != ReasonPrefix {
 		t.Fatalf("a 2000-token lead was ignored: %+v", d)
+	}
+}
+
+// Auto does not release a decode-shaped request's holder on stream counts alone: with room in
+// its KV cache, extra streams batch almost for free, and moving would recompute the prefix.
+// Under memory pressure and over the bounded-load cap it does release, to the endpoint with
+// room.
+func TestAutoReleasesOnStreamsOnlyUnderKVPressure(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	eps := fleet(4)
+	for i := 0; i < 3; i++ {
+		eps[i].Load = Load{InFlight: 12, KVUsage: 0.5}
+	}
+	eps[0].Cached.GPU = 3968
+	req := Request{PromptTokens: 4000, Tokenized: true, MaxTokens: 300}
+	// e3 just joined: no streams. Mean with this request (37/4) × 1.25 → cap 12; the holder
+	// would have 13.
+	if d := p.Pick(req, eps); d.Endpoint != "e0" || d.Reason != ReasonPrefix {
+		t.Fatalf("holder with room released on streams: %+v", d)
+	}
+	eps[0].Load.KVUsage = 0.95
+	d := p.Pick(req, eps)
+	if d.Endpoint != "e3" || d.Reason != ReasonSaturated {
+		t.Fatalf("holder under KV pressure and over its share kept: %+v", d)
+	}
+	// Within its share it stays, pressure or not.
+	eps[0].Load.InFlight = 10
+	if d := p.Pick(req, eps); d.Endpoint != "e0" {
+		t.Fatalf("holder within the bounded-load cap released: %+v", d)
+	}
+	// PrefillBound has no decode gate.
+	eps[0].Load.InFlight = 12
+	if d := New(Config{Kind: PrefillBound}).Pick(req, eps); d.Endpoint != "e0" {
+		t.Fatalf("PrefillBound released on streams: %+v", d)
+	}
+}
+
+// A faster first token elsewhere is not enough: the recompute delays every stream decoding on
+// the alternative, so the time saved must exceed recompute × (1 + its streams).
+func TestReleaseWeighsRecomputeAgainstAlternativesStreams(t *testing.T) {
+	eps := fleet(2)
+	eps[0].Cached.GPU = 6000
+	// Holder: 0.05 + 1e-4 × (30000 + 1200) = 3.17 s. Alternative: 0.05 + 1e-4 × 7200 = 0.77 s,
+	// 4× faster; the recompute (6000 tokens, 0.6 s) costs the alternative's streams 0.6 × (1+s).
+	eps[0].Load = Load{InFlight: 10, QueuedPrefillTokens: 30000}
+	eps[1].Load = Load{InFlight: 1}
+	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), eps); d.Endpoint != "e1" || d.Reason != ReasonSaturated {
+		t.Fatalf("2.4 s saved vs 1.2 s of recompute cost, kept: %+v", d)
+	}
+	eps[1].Load = Load{InFlight: 6}
+	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), eps); d.Endpoint != "e0" || d.Reason != ReasonPrefix {
+		t.Fatalf("2.4 s saved vs 4.2 s of recompute cost, released: %+v", d)
+	}
+}
+
+// Releases respect the bounded-load cap: the endpoint that predicts the fastest first token but
+// already carries far more than its share of streams (its latency model has not caught up with
+// the work just sent there) is skipped for the next best.
+func TestReleaseDoesNotHerdOntoOneEndpoint(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	eps := fleet(3)
+	eps[0].Cached.GPU = 6000
+	eps[0].Load = Load{InFlight: 40, QueuedPrefillTokens: 60000}
+	eps[1].Load = Load{InFlight: 40}                           // fastest TTFT, 41 > cap 36
+	eps[2].Load = Load{InFlight: 5, QueuedPrefillTokens: 2000} // slower TTFT, room
+	d := p.Pick(prefillReq(7200), eps)
+	if d.Endpoint != "e2" || d.Reason != ReasonSaturated {
+		t.Fatalf("release went to %s (%s), want e2", d.Endpoint, d.Reason)
+	}
+}
+
+// A cold request (a new prefix) is placed for the traffic that will follow it: an engine busy
+// decoding looks idle on prefill, but Auto counts its streams; PrefillBound goes by TTFT alone.
+func TestColdPlacementCountsDecodeLoad(t *testing.T) {
+	eps := fleet(4)
+	for i := 0; i < 3; i++ {
+		eps[i].Load = Load{InFlight: 20, KVUsage: 0.9} // decoding, nothing queued to prefill
+	}
+	eps[3].Load = Load{InFlight: 2, QueuedPrefillTokens: 2000} // a prefill in flight
+	// TTFTs: 0.77 s on e0..e2, 0.97 s on e3 (within SaturationFactor).
+	for i := 0; i < 20; i++ {
+		r := prefillReq(7200)
+		r.TieBreak = uint64(i)
+		if d := New(Config{Kind: Auto}).Pick(r, eps); d.Endpoint != "e3" || d.Reason != ReasonLoad {
+			t.Fatalf("Auto placed a new prefix on a busy decoder: %+v", d)
+		}
+		if d := New(Config{Kind: PrefillBound}).Pick(r, eps); d.Endpoint == "e3" {
+			t.Fatalf("PrefillBound did not take the lowest TTFT: %+v", d)
+		}
+	}
+	// Far slower TTFT is not worth the stream balance.
+	eps[3].Load.QueuedPrefillTokens = 40000
+	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), eps); d.Endpoint == "e3" {
+		t.Fatalf("Auto placed a new prefix behind a 40K-token prefill queue: %+v", d)
 	}
 }

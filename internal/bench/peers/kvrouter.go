@@ -1,10 +1,10 @@
 package peers
 
 import (
-	"github.com/kvrouter/kvrouter/internal/kvevents"
 	"github.com/kvrouter/kvrouter/internal/kvindex"
 	"github.com/kvrouter/kvrouter/internal/loadsignal"
 	"github.com/kvrouter/kvrouter/internal/policy"
+	"github.com/kvrouter/kvrouter/internal/policyinput"
 )
 
 // kvrouter drives the shipping router's code, not a copy: internal/policy decides, internal/
@@ -22,6 +22,7 @@ type kvrouter struct {
 	eps     []policy.Endpoint
 	last    policy.Decision
 	reasons map[string]float64
+	seq     uint64
 }
 
 // Stats reports how often each decision reason and request shape came up, which is what explains
@@ -57,14 +58,10 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	p.load.Loads(p.names, p.loads, nil)
 	cached := map[string]policy.Cached{}
 	if p.ix != nil {
+		// The same conversion the router does (internal/policyinput), so simulation tests
+		// exactly what ships.
 		for _, m := range p.ix.Lookup(r.Tokens, kvindex.LookupOptions{}) {
-			gpu := m.Blocks[kvevents.MediumGPU]
-			c := policy.Cached{
-				GPU:       gpu * p.block,
-				CPU:       max(0, m.Blocks[kvevents.MediumCPU]-gpu) * p.block,
-				Predicted: max(0, m.PredictedBlocks-gpu) * p.block,
-			}
-			if c.Total() > cached[m.Source.Endpoint].Total() {
+			if c := policyinput.Cached(m, p.block); c.Total() > cached[m.Source.Endpoint].Total() {
 				cached[m.Source.Endpoint] = c
 			}
 		}
@@ -75,10 +72,8 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 		l.KVUsage = e.KVUsage
 		p.eps = append(p.eps, policy.Endpoint{Name: e.Name, Ready: true, Load: l, Cached: cached[e.Name]})
 	}
-	var tie uint64
-	if len(r.Tokens) >= p.block {
-		tie = chainHashes(r.Tokens[:p.block], p.block, false, 1)[0]
-	}
+	p.seq++
+	tie := policyinput.TieBreak(r.Tokens, p.seq)
 	p.last = p.pol.Pick(policy.Request{
 		PromptTokens: len(r.Tokens), Tokenized: true, MaxTokens: r.MaxTokens, SessionKey: r.Session, TieBreak: tie,
 	}, p.eps)
