@@ -329,7 +329,11 @@ func TestE2ESaturatedHolderReleased(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := http.Post(r.url+"/v1/completions", "application/json", strings.NewReader(completion(prompt("beta", 800, i), 2, false)))
+			// Each request also brings its own 400 words to prefill, so the burst builds a real
+			// prefill queue on the holder (a burst of cheap suffixes batches there for free and
+			// is rightly kept: see internal/policy's saturated).
+			p := prompt("beta", 800, i) + strings.Repeat(fmt.Sprintf(" detail%d", i), 400)
+			resp, err := http.Post(r.url+"/v1/completions", "application/json", strings.NewReader(completion(p, 2, false)))
 			if err != nil {
 				t.Error(err)
 				return

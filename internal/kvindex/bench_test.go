@@ -206,3 +206,64 @@ func BenchmarkRequestKeys100K(b *testing.B) {
 		dst = kvindex.RequestKeys(dst[:0], prompt, 16, kvindex.KeyParams{})
 	}
 }
+
+// BenchmarkPredict100K is the router's Predict after routing a 100K-token prompt (6,250 blocks)
+// at the sizing point: 100 endpoints, a new request every 10 ms of the index's clock (100
+// requests/s) with the default 2 s TTL, keys precomputed (PredictKeys; the router computes them
+// once for the lookup). "warm": the prompts are 20 shared 5,625-block prefixes plus a distinct
+// 625-block suffix, and each request goes to an endpoint that holds its prefix, so only the
+// suffix is new; "cold": nobody holds anything, every block is predicted. No events confirm the
+// predictions, so they accumulate for the whole TTL (the worst case for the table's size).
+func BenchmarkPredict100K(b *testing.B) {
+	const blockSize, nEnd, nBlocks, shared, nPrefixes, nPrompts = 16, 100, 6250, 5625, 20, 256
+	prefixes := make([][]uint32, nPrefixes)
+	for p := range prefixes {
+		prefixes[p] = make([]uint32, shared*blockSize)
+		for i := range prefixes[p] {
+			prefixes[p][i] = uint32(p*1_000_003+i*7919) % 151000
+		}
+	}
+	keys := make([][]kvindex.Key, nPrompts)
+	for r := range keys {
+		prompt := append([]uint32(nil), prefixes[r%nPrefixes]...)
+		for i := shared * blockSize; i < nBlocks*blockSize; i++ {
+			prompt = append(prompt, uint32(r*7_000_003+i*104729)%151000)
+		}
+		keys[r] = kvindex.RequestKeys(nil, prompt, blockSize, kvindex.KeyParams{})
+	}
+	src := func(e int) kvindex.SourceID { return kvindex.SourceID{Endpoint: fmt.Sprintf("e%03d", e)} }
+	for _, warm := range []bool{true, false} {
+		name := "cold"
+		if warm {
+			name = "warm"
+		}
+		b.Run(name, func(b *testing.B) {
+			now := time.Unix(1_000_000, 0)
+			ix := kvindex.New(kvindex.Config{BlockSize: blockSize, Now: func() time.Time { return now }})
+			if warm {
+				for e := 0; e < nEnd; e++ {
+					ev := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize, TokenIDs: prefixes[e%nPrefixes]}
+					for j := 0; j < shared; j++ {
+						ev.BlockHashes = append(ev.BlockHashes, uint64(e)<<32|uint64(j)+1)
+					}
+					ix.Apply(src(e), &kvevents.Batch{Events: []kvevents.Event{ev}})
+				}
+			}
+			srcs := make([]kvindex.SourceID, nEnd)
+			for e := range srcs {
+				srcs[e] = src(e)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := i % nPrompts
+				// An endpoint holding the request's prefix: e ≡ r (mod 20).
+				e := r%nPrefixes + nPrefixes*((i/nPrompts)%(nEnd/nPrefixes))
+				ix.PredictKeys(srcs[e], keys[r])
+				now = now.Add(10 * time.Millisecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(ix.Stats().Predicted), "predicted-entries")
+		})
+	}
+}

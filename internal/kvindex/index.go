@@ -37,7 +37,9 @@ type Index struct {
 
 	evictions uint64
 	pred      predictions
-	metrics   *metrics
+	// predScratch holds PredictKeys' filtered keys between calls (under mu).
+	predScratch []Key
+	metrics     *metrics
 }
 
 // applySlice bounds how many blocks one Apply handles per write-lock hold, so a burst (a replay
@@ -69,7 +71,6 @@ func New(cfg Config) *Index {
 		srcIDs:    make(map[SourceID]uint16),
 		metrics:   newMetrics(),
 	}
-	ix.pred.m = make(map[Key][]predEntry)
 	ix.metrics.ix = ix
 	return ix
 }

@@ -65,6 +65,16 @@ func (ix *Index) LookupKeys(keys []Key) []EndpointMatch {
 	return ix.lookup(nil, &keyIter{keys: keys}, 0)
 }
 
+// AppendLookupKeys is LookupKeys appending to dst (allocation free when dst has room): the
+// routing path computes a request's keys once, looks them up with this and predicts them with
+// PredictKeys.
+func (ix *Index) AppendLookupKeys(dst []EndpointMatch, keys []Key) []EndpointMatch {
+	if keys == nil {
+		keys = []Key{}
+	}
+	return ix.lookup(dst, &keyIter{keys: keys}, 0)
+}
+
 // Match classes tracked per source during a lookup.
 const (
 	clsGPU = iota
@@ -120,10 +130,6 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 		lens[c] = lensBuf[c*nsrc : (c+1)*nsrc]
 	}
 	usePred := ix.pred.n > 0
-	if usePred {
-		ix.pred.mu.RLock()
-		defer ix.pred.mu.RUnlock()
-	}
 	now := ix.cfg.Now().UnixNano()
 	// Keys are computed and probed a window at a time: the probes of a window are independent
 	// loads the CPU can overlap, where one probe per hash step would serialise on each.

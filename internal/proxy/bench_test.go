@@ -55,7 +55,8 @@ func BenchmarkRoutingDecision(b *testing.B) {
 	s.SetEndpoints(eps)
 	t := s.tbl.Load()
 	req := policy.Request{PromptTokens: len(prompt), Tokenized: true, MaxTokens: 200, TieBreak: 1}
-	if d := s.decide(t, req, prompt, kvindex.KeyParams{}); d.Endpoint == "" || d.CachedTokens == 0 {
+	keys := kvindex.RequestKeys(nil, prompt, blockSize, kvindex.KeyParams{})
+	if d, _ := s.decide(t, req, keys); d.Endpoint == "" || d.CachedTokens == 0 {
 		b.Fatalf("decision %+v", d)
 	}
 	durs := make([]time.Duration, 0, b.N)
@@ -63,7 +64,9 @@ func BenchmarkRoutingDecision(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		s.decide(t, req, prompt, kvindex.KeyParams{})
+		// Keys are computed per request, as the handler does (once, for lookup and predict).
+		keys = kvindex.RequestKeys(keys[:0], prompt, blockSize, kvindex.KeyParams{})
+		s.decide(t, req, keys)
 		durs = append(durs, time.Since(t0))
 	}
 	b.StopTimer()

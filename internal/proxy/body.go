@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // topLevel validates body as one JSON object and returns the raw bytes of each of its members'
@@ -220,6 +222,11 @@ func (p *jsonScanner) str() error {
 	}
 	p.i++
 	for p.i < len(p.b) {
+		// Prompts are long runs of plain characters: skip them 8 bytes at a time.
+		p.i = plainRun(p.b, p.i)
+		if p.i >= len(p.b) {
+			break
+		}
 		c := p.b[p.i]
 		switch {
 		case c == '"':
@@ -252,4 +259,31 @@ func (p *jsonScanner) str() error {
 		}
 	}
 	return p.errorf("unterminated string")
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// plainRun returns the index of the first byte at or after i that ends a run of plain string
+// content: a quote, a backslash or a control character (or len(b)). It tests 8 bytes per step
+// with word arithmetic (a byte-at-a-time loop cost ~2 ns per byte, ~1 ms per 100K-token prompt).
+// The zero-byte tests can flag bytes after a true match (borrows), never before one, so the
+// first flagged byte is exact.
+func plainRun(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, bs := x^('"'*lsb), x^('\\'*lsb)
+		m := ((x-0x20*lsb) & ^x | (q-lsb) & ^q | (bs-lsb) & ^bs) & msb
+		if m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding/json"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -56,4 +58,69 @@ func FuzzTopLevel(f *testing.F) {
 			}
 		}
 	})
+}
+
+// plainRun finds the same first special byte as a byte loop, wherever it falls in the words.
+func TestPlainRun(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	specials := []byte{'"', '\\', 0x00, 0x1f, '\n'}
+	plain := []byte{'a', ' ', 0x7f, 0x80, 0xff, 0x21, 0x5b, 0x5d, 0x23, 0x20}
+	for round := 0; round < 5000; round++ {
+		b := make([]byte, rnd.IntN(40))
+		for i := range b {
+			b[i] = plain[rnd.IntN(len(plain))]
+			if rnd.IntN(12) == 0 {
+				b[i] = specials[rnd.IntN(len(specials))]
+			}
+		}
+		start := 0
+		if len(b) > 0 {
+			start = rnd.IntN(len(b))
+		}
+		want := start
+		for want < len(b) && b[want] != '"' && b[want] != '\\' && b[want] >= 0x20 {
+			want++
+		}
+		if got := plainRun(b, start); got != want {
+			t.Fatalf("%q from %d: %d, want %d", b, start, got, want)
+		}
+	}
+}
+
+// BenchmarkTopLevel100K scans a completion body with a ~100K-token (~500 KB) prompt.
+func BenchmarkTopLevel100K(b *testing.B) {
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("doc7 ", 90000) + strings.Repeat("q1 ", 10000) +
+		`","max_tokens":100,"stream":true}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := topLevel(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The tie-break is a function of the tokens alone (the same on every replica and every call)
+// and separates prompts that differ in any one token, wherever it is.
+func TestTieBreak(t *testing.T) {
+	base := make([]uint32, 1003)
+	for i := range base {
+		base[i] = uint32(i * 7919)
+	}
+	h := tieBreak(base, 1)
+	if tieBreak(slices.Clone(base), 2) != h {
+		t.Fatal("same tokens, different tie-break")
+	}
+	seen := map[uint64]bool{h: true}
+	for _, pos := range []int{0, 1, 2, 3, 4, 5, 6, 7, 500, 1001, 1002} {
+		v := slices.Clone(base)
+		v[pos]++
+		if seen[tieBreak(v, 1)] {
+			t.Fatalf("changing token %d does not change the tie-break", pos)
+		}
+		seen[tieBreak(v, 1)] = true
+	}
+	if tieBreak(base[:1002], 1) == h || tieBreak(nil, 1) == tieBreak(nil, 2) {
+		t.Fatal("length or sequence ignored")
+	}
 }

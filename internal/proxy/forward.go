@@ -22,9 +22,8 @@ type exchange struct {
 	body         []byte
 	path         string
 	stream       bool
-	tokens       []uint32
-	tokenized    bool
-	params       kvindex.KeyParams
+	keys         []kvindex.Key // the prompt's content keys (nil: not tokenized, or no index)
+	gpuHeld      []int         // per route: leading blocks of keys it held on GPU at the lookup
 	workTokens   int
 	promptTokens int
 }
@@ -60,10 +59,16 @@ func (x *exchange) run(t *table, d policy.Decision) {
 			return
 		}
 		rt := &t.routes[i]
-		if x.tokenized && s.index != nil && x.tokens != nil {
+		if len(x.keys) > 0 {
 			// Predicted residency covers the events' lag, so a burst of siblings follows this
-			// one instead of spreading before the engine reports the blocks.
-			s.index.Predict(rt.src, x.tokens, x.params)
+			// one instead of spreading before the engine reports the blocks. The prefix the
+			// lookup just found confirmed there needs no prediction (the index would skip it
+			// anyway, at the cost of a probe per block: ~0.5 ms for a 90K-token cached prefix).
+			held := 0
+			if i < len(x.gpuHeld) {
+				held = min(x.gpuHeld[i], len(x.keys))
+			}
+			s.index.PredictKeys(rt.src, x.keys[held:])
 		}
 		retry := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work)
 		if !retry {
@@ -129,9 +134,9 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retr
 		return true
 	}
 	defer resp.Body.Close()
-	// The engine answered: no retry can follow, so the request body and tokens (up to ~1 MB each
+	// The engine answered: no retry can follow, so the request body and keys (~0.5 MB and 50 KB
 	// for a 100K-token prompt) need not live as long as the stream.
-	x.body, x.tokens = nil, nil
+	x.body, x.keys = nil, nil
 
 	h := x.w.Header()
 	copyHeaders(h, resp.Header)

@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/kvevents"
 	"github.com/kvrouter/kvrouter/internal/kvindex"
 	"github.com/kvrouter/kvrouter/internal/policy"
+	"github.com/kvrouter/kvrouter/internal/policyinput"
 	"github.com/kvrouter/kvrouter/internal/tokenize"
 )
 
@@ -152,7 +153,12 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 		}
 
 		routeStart := s.now()
-		d := s.decide(t, preq, tokens, params)
+		var keys []kvindex.Key
+		if tokenized && s.index != nil {
+			// Computed once, for the lookup and for the prediction after dispatch.
+			keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
+		}
+		d, gpuHeld := s.decide(t, preq, keys)
 		s.metrics.decisionSeconds.Observe(s.now().Sub(routeStart).Seconds())
 		s.countDecision(d)
 		if d.Endpoint == "" {
@@ -175,7 +181,7 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			out = s.policy.Config().DefaultMaxTokens
 		}
 		ex := &exchange{s: s, w: w, r: r, body: body, path: r.URL.Path, stream: req.Stream,
-			tokens: tokens, tokenized: tokenized, params: params, workTokens: promptTokens + out, promptTokens: promptTokens}
+			keys: keys, gpuHeld: gpuHeld, workTokens: promptTokens + out, promptTokens: promptTokens}
 		ex.run(t, d)
 	}
 }
@@ -261,8 +267,10 @@ func (s *Server) tokenizeOK() {
 	s.degMu.Unlock()
 }
 
-// decide builds the policy's snapshot and picks an endpoint.
-func (s *Server) decide(t *table, req policy.Request, tokens []uint32, params kvindex.KeyParams) policy.Decision {
+// decide builds the policy's snapshot and picks an endpoint. keys are the prompt's content keys
+// (kvindex.RequestKeys), nil when it was not tokenized. gpuHeld[i] is the leading blocks of the
+// prompt route i holds on GPU (confirmed), nil without keys.
+func (s *Server) decide(t *table, req policy.Request, keys []kvindex.Key) (d policy.Decision, gpuHeld []int) {
 	n := len(t.routes)
 	eps := make([]policy.Endpoint, n)
 	loads := make([]policy.Load, n)
@@ -273,35 +281,26 @@ func (s *Server) decide(t *table, req policy.Request, tokens []uint32, params kv
 		ready, _ := s.readiness(&t.routes[i], streaks[i], now)
 		eps[i] = policy.Endpoint{Name: t.routes[i].name, Ready: ready, Load: loads[i]}
 	}
-	if req.Tokenized && s.index != nil && len(tokens) > 0 {
-		bs := s.policy.Config().BlockSize
-		for _, m := range s.index.Lookup(tokens, kvindex.LookupOptions{KeyParams: params}) {
+	if req.Tokenized && s.index != nil && len(keys) > 0 {
+		bs := s.blockSize()
+		gpuHeld = make([]int, n)
+		for _, m := range s.index.AppendLookupKeys(make([]kvindex.EndpointMatch, 0, n), keys) {
 			i, ok := t.bySrc[m.Source]
 			if !ok {
 				continue
 			}
-			eps[i].Cached = cachedFromMatch(m, bs)
+			eps[i].Cached = policyinput.Cached(m, bs)
+			gpuHeld[i] = m.Blocks[kvevents.MediumGPU]
 		}
 	}
 	s.policyMu.Lock()
-	d := s.policy.Pick(req, eps)
+	d = s.policy.Pick(req, eps)
 	s.policyMu.Unlock()
-	return d
+	return d, gpuHeld
 }
 
-// cachedFromMatch splits an index match into disjoint per-tier token counts: the GPU prefix,
-// then what slower tiers add beyond it, then what predictions add beyond everything confirmed.
-// (A block present only on CPU inside a hole of the GPU prefix is counted at the storage rate:
-// a small underestimate that keeps this O(1).)
-func cachedFromMatch(m kvindex.EndpointMatch, blockSize int) policy.Cached {
-	gpu := m.Blocks[kvevents.MediumGPU]
-	cpu := max(0, min(m.Blocks[kvevents.MediumCPU], m.AnyBlocks)-gpu)
-	storage := max(0, m.AnyBlocks-gpu-cpu)
-	confirmed := max(gpu, m.AnyBlocks)
-	predicted := max(0, m.PredictedBlocks-confirmed)
-	return policy.Cached{GPU: gpu * blockSize, CPU: cpu * blockSize, Storage: storage * blockSize,
-		Predicted: predicted * blockSize}
-}
+// blockSize is the engines' block size, which the policy and the index share.
+func (s *Server) blockSize() int { return s.policy.Config().BlockSize }
 
 // tieBreak hashes the prompt's tokens (identical cold prompts go to the same place among
 // equally loaded endpoints), or uses a counter when there are none.

@@ -133,10 +133,9 @@ type fakeIndex struct {
 	removed   []string
 }
 
-func (x *fakeIndex) Lookup(tokens []uint32, _ kvindex.LookupOptions) []kvindex.EndpointMatch {
+func (x *fakeIndex) AppendLookupKeys(out []kvindex.EndpointMatch, _ []kvindex.Key) []kvindex.EndpointMatch {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var out []kvindex.EndpointMatch
 	for ep, b := range x.holds {
 		m := kvindex.EndpointMatch{Source: kvindex.SourceID{Endpoint: ep}, AnyBlocks: b, PredictedBlocks: b}
 		m.Blocks[kvevents.MediumGPU] = b
@@ -144,7 +143,7 @@ func (x *fakeIndex) Lookup(tokens []uint32, _ kvindex.LookupOptions) []kvindex.E
 	}
 	return out
 }
-func (x *fakeIndex) Predict(src kvindex.SourceID, _ []uint32, _ kvindex.KeyParams) {
+func (x *fakeIndex) PredictKeys(src kvindex.SourceID, _ []kvindex.Key) {
 	x.mu.Lock()
 	x.predicted = append(x.predicted, src)
 	x.mu.Unlock()
@@ -527,17 +526,6 @@ func TestDataParallelRanksBecomeRoutes(t *testing.T) {
 	}
 	if _, ok := ranks.Load("1"); !ok {
 		t.Fatal("rank header not sent")
-	}
-}
-
-func TestCachedFromMatch(t *testing.T) {
-	m := kvindex.EndpointMatch{AnyBlocks: 10, PredictedBlocks: 12}
-	m.Blocks[kvevents.MediumGPU] = 4
-	m.Blocks[kvevents.MediumCPU] = 7
-	got := cachedFromMatch(m, 16)
-	want := policy.Cached{GPU: 64, CPU: 48, Storage: 48, Predicted: 32}
-	if got != want {
-		t.Fatalf("got %+v want %+v", got, want)
 	}
 }
 

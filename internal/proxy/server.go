@@ -27,8 +27,10 @@ import (
 
 // Index is what the proxy needs of the prefix index (*kvindex.Index implements it).
 type Index interface {
-	Lookup(tokens []uint32, opts kvindex.LookupOptions) []kvindex.EndpointMatch
-	Predict(src kvindex.SourceID, tokens []uint32, p kvindex.KeyParams)
+	// The request path computes a request's content keys once (kvindex.RequestKeys) and uses
+	// them for the lookup and for the prediction: hashing a 100K-token prompt twice is waste.
+	AppendLookupKeys(dst []kvindex.EndpointMatch, keys []kvindex.Key) []kvindex.EndpointMatch
+	PredictKeys(src kvindex.SourceID, keys []kvindex.Key)
 	RemoveEndpoint(endpoint string)
 	Stats() kvindex.Stats
 }
@@ -143,6 +145,7 @@ type Server struct {
 
 	tokRR    atomic.Uint64
 	counters counters
+	routed   routedWindowSamples
 	metrics  *metrics
 
 	degMu        sync.Mutex
@@ -280,7 +283,9 @@ func (s *Server) markDown(engine string) {
 	s.healthMu.Unlock()
 }
 
-// Run runs the background work of the server (model list refresh) until ctx is done.
+// Run runs the background work of the server (model list refresh, snapshots of the routing
+// counters for the windowed predicted hit rate) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
+	go s.sampleRouted(ctx)
 	s.models.run(ctx)
 }

@@ -174,6 +174,12 @@ func (s *Server) Status() routerapi.Status {
 	if st.Router.PromptTokens > 0 {
 		st.Router.RoutedHitRate = float64(st.Router.CachedPromptTokens) / float64(st.Router.PromptTokens)
 	}
+	if prompt, cached, span, ok := s.routed.since(s.routedNow()); ok {
+		st.Router.Window = &routerapi.RoutedWindow{Seconds: span.Seconds(), PromptTokens: prompt, CachedPromptTokens: cached}
+		if prompt > 0 {
+			st.Router.Window.RoutedHitRate = float64(cached) / float64(prompt)
+		}
+	}
 	c.decMu.Lock()
 	for k, v := range c.decisions {
 		st.Router.Decisions[k] = v

@@ -43,3 +43,22 @@ func BenchmarkTokenize8K(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecode100K is the decode of a 100K-token /tokenize answer (~600 KB, vllm-sim's and
+// vLLM's key order: count, max_model_len, token_strs, tokens), the router's largest per-request
+// parse at the sizing point.
+func BenchmarkDecode100K(b *testing.B) {
+	toks := make([]uint32, 100_000)
+	for i := range toks {
+		toks[i] = uint32(i * 7919 % 151000)
+	}
+	answer, _ := json.Marshal(map[string]any{"count": len(toks), "max_model_len": 131072, "token_strs": nil, "tokens": toks})
+	b.SetBytes(int64(len(answer)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r, err := decodeResponse(answer)
+		if err != nil || len(r.Tokens) != len(toks) {
+			b.Fatal(err)
+		}
+	}
+}

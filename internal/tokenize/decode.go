@@ -2,9 +2,11 @@ package tokenize
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -87,47 +89,95 @@ func (s *scanner) str() (string, error) {
 	return "", errFast
 }
 
-// uints reads an array of non-negative integers that fit in uint32.
+// uints reads an array of non-negative integers that fit in uint32. The loop works on local
+// copies of the buffer and position (the compiler keeps them in registers; through the scanner's
+// fields every byte cost a load and a store), on the array's extent found by one vectorised
+// search for its ']', so it needs no end-of-input checks beyond that slice.
 func (s *scanner) uints() ([]uint32, error) {
 	if err := s.expect('['); err != nil {
 		return nil, err
 	}
-	// Size the result by counting separators (a vectorised scan) rather than by the byte
-	// length, which over-allocates and zeroes ~3x more memory than the ids need.
 	end := bytes.IndexByte(s.b[s.i:], ']')
 	if end < 0 {
 		return nil, errFast
 	}
-	out := make([]uint32, 0, bytes.Count(s.b[s.i:s.i+end], []byte{','})+1)
-	if s.peek() == ']' {
-		s.i++
+	body := s.b[s.i : s.i+end]
+	// Size the result by counting separators (a vectorised scan) rather than by the byte
+	// length, which over-allocates and zeroes ~3x more memory than the ids need.
+	out := make([]uint32, 0, bytes.Count(body, []byte{','})+1)
+	j := skipSpace(body, 0)
+	if j == len(body) {
+		s.i += end + 1
 		return out, nil
 	}
 	for {
-		s.ws()
-		start := s.i
+		start := j
 		var v uint64
-		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-			v = v*10 + uint64(s.b[s.i]-'0')
-			if v > 1<<32-1 {
-				return nil, errFast
+		if n := digits8(body, j); n > 0 && n < 8 {
+			v, j = swarValue(body, j, n), j+n
+		} else {
+			for ; j < len(body); j++ {
+				d := body[j] - '0'
+				if d > 9 {
+					break
+				}
+				v = v*10 + uint64(d)
 			}
-			s.i++
 		}
-		if s.i == start || (s.b[start] == '0' && s.i-start > 1) {
+		// At most 10 digits (so v cannot have wrapped), no leading zero, within uint32.
+		if n := j - start; n == 0 || n > 10 || (n > 1 && body[start] == '0') || v > 1<<32-1 {
 			return nil, errFast
 		}
 		out = append(out, uint32(v))
-		switch s.peek() {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
+		if j < len(body) && body[j] != ',' {
+			j = skipSpace(body, j)
+		}
+		if j == len(body) {
+			s.i += end + 1
 			return out, nil
-		default:
+		}
+		if body[j] != ',' {
 			return nil, errFast
 		}
+		j = skipSpace(body, j+1)
 	}
+}
+
+// digits8 returns how many of the 8 bytes at b[j:] are leading ASCII digits (8: all of them),
+// or 0 when fewer than 8 bytes remain. Finding the number's length without a branch per digit
+// matters: a loop that exits after a data-dependent count of digits mispredicts once per id.
+func digits8(b []byte, j int) int {
+	if j+8 > len(b) {
+		return 0
+	}
+	x := binary.LittleEndian.Uint64(b[j:])
+	// Each byte becomes 0x33 iff it is '0'..'9': high nibble 3, and still 3 after adding 6.
+	// (A carry out of a byte >= 0xFA only disturbs the bytes after it, never the first
+	// non-digit's position.)
+	f := x&0xF0F0F0F0F0F0F0F0 | (x+0x0606060606060606)&0xF0F0F0F0F0F0F0F0>>4
+	return bits.TrailingZeros64(f^0x3333333333333333) >> 3
+}
+
+// swarValue converts the n (1..7) ASCII digits at b[j:] at once: the digits are shifted to the
+// top of a word (the bytes below become leading zeros), then pairs, quads and octets of digits
+// are combined with three multiplies.
+func swarValue(b []byte, j, n int) uint64 {
+	x := binary.LittleEndian.Uint64(b[j:]) << (8 * (8 - n)) & 0x0F0F0F0F0F0F0F0F
+	x = x * (10<<8 + 1) >> 8 & 0x00FF00FF00FF00FF
+	x = x * (100<<16 + 1) >> 16 & 0x0000FFFF0000FFFF
+	return x * (10000<<32 + 1) >> 32
+}
+
+func skipSpace(b []byte, j int) int {
+	for j < len(b) {
+		switch b[j] {
+		case ' ', '\t', '\n', '\r':
+			j++
+		default:
+			return j
+		}
+	}
+	return j
 }
 
 // skip skips one value of any kind by delegating to encoding/json on its extent.

@@ -2,7 +2,10 @@ package tokenize
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -36,6 +39,8 @@ func TestDecodeResponse(t *testing.T) {
 func FuzzDecodeResponse(f *testing.F) {
 	f.Add([]byte(`{"count":3,"tokens":[1,2,3]}`))
 	f.Add([]byte(`{"tokens":[ 1 ,2],"x":[{"y":null}]}`))
+	f.Add([]byte(`{"count":4,"tokens":[1234567,12345678,4294967295,0,7, 65]}`))
+	f.Add([]byte(`{"tokens":[151000,151001,0012345,1]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fast, ferr := fastDecode(data)
 		var std response
@@ -56,6 +61,40 @@ func TestParseIDs(t *testing.T) {
 	for _, bad := range []string{`[[1,2]]`, `[1,"a"]`, `"text"`, `[1] [2]`, `[-3]`} {
 		if _, ok := ParseIDs([]byte(bad)); ok {
 			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// Long arrays take the 8-bytes-at-a-time path (short ones the byte loop): ids of every digit
+// count, with and without spaces, agree with encoding/json, and malformed ids inside a long
+// array are still rejected.
+func TestDecodeLongArrays(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		ids := make([]uint32, 1+rnd.IntN(300))
+		for i := range ids {
+			ids[i] = uint32(rnd.Uint64N(uint64(1) << (1 + rnd.IntN(32))))
+		}
+		sep := []string{",", ", ", " , ", ",\n"}[round%4]
+		var b strings.Builder
+		b.WriteString(`{"count":` + strconv.Itoa(len(ids)) + `,"tokens":[`)
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			b.WriteString(strconv.FormatUint(uint64(id), 10))
+		}
+		b.WriteString(`]}`)
+		r, err := fastDecode([]byte(b.String()))
+		if err != nil || !slices.Equal(r.Tokens, ids) {
+			t.Fatalf("round %d: %v, %d ids decoded of %d", round, err, len(r.Tokens), len(ids))
+		}
+	}
+	long := strings.Repeat("123456,", 20)
+	for _, bad := range []string{long + "0123456,1]", long + "12a456,1]", long + "4294967296,1]",
+		long + "99999999999,1]", long + "1 2,3]", long + ",1]", long + "1,]"} {
+		if r, err := fastDecode([]byte(`{"tokens":[` + bad + `}`)); err == nil {
+			t.Errorf("%q accepted: %d ids", bad, len(r.Tokens))
 		}
 	}
 }
