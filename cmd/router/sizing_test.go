@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/fleettest"
 )
 
 // TestSizingPoint measures the router process alone against llm-d's published EPP sizing point
@@ -32,7 +34,7 @@ func TestSizingPoint(t *testing.T) {
 	if os.Getenv("KVROUTER_SIZING") == "" {
 		t.Skip("set KVROUTER_SIZING=1 to run the sizing point (heavy)")
 	}
-	needBinaries(t)
+	fleettest.NeedBinaries(t)
 	rate := envFloat("KVROUTER_SIZING_RATE", 4)
 	seconds := envFloat("KVROUTER_SIZING_SECONDS", 40)
 	// KVROUTER_SIZING_ENGINES lowers the engine count (default 100) where the engines' CPU would
@@ -44,7 +46,7 @@ func TestSizingPoint(t *testing.T) {
 	base, eb := freeRange(t, 3*nEngines), 0
 	eb = base + nEngines
 	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://[::1]:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@e{engine}@m"}`, eb, eb+1)
-	start(t, "vllm-sim", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
+	fleettest.Start(t, "vllm-sim", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
 		"--host", "127.0.0.1", "--port", fmt.Sprint(base), "--engines", fmt.Sprint(nEngines),
 		"--block-size", "16", "--kv-events-config", kv, "--log-level", "warn")
 	var b strings.Builder
@@ -58,13 +60,13 @@ func TestSizingPoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < nEngines; i++ {
-		waitOK(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+i))
+		fleettest.WaitOK(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+i))
 	}
-	pprofPort := freePort(t)
-	r := startRouter(t, file, "--model", "m", "--scrape-interval", "1s", "--log-level", "warn",
+	pprofPort := fleettest.FreePort(t)
+	r := fleettest.StartRouter(t, file, "--model", "m", "--scrape-interval", "1s", "--log-level", "warn",
 		"--pprof-addr", fmt.Sprintf("127.0.0.1:%d", pprofPort))
-	r.waitConnected(t, nEngines)
-	pid := r.p.cmd.Process.Pid
+	r.WaitConnected(t, nEngines)
+	pid := r.Proc.Pid()
 
 	// Prompts: 20 shared prefixes of ~90K words, each request adds ~10K distinct words.
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -101,11 +103,11 @@ func TestSizingPoint(t *testing.T) {
 	for next := t0; next.Before(deadline); next = next.Add(time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))) {
 		time.Sleep(time.Until(next))
 		id := sent.Add(1)
-		body := completion(prefixes[rnd.IntN(len(prefixes))]+strings.Repeat(fmt.Sprintf("q%d ", id), 10000), 100, true)
+		body := fleettest.Completion(prefixes[rnd.IntN(len(prefixes))]+strings.Repeat(fmt.Sprintf("q%d ", id), 10000), 100, true)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := client.Post(r.url+"/v1/completions", "application/json", strings.NewReader(body))
+			resp, err := client.Post(r.URL+"/v1/completions", "application/json", strings.NewReader(body))
 			if err != nil {
 				failed.Add(1)
 				return
@@ -123,7 +125,7 @@ func TestSizingPoint(t *testing.T) {
 	wall := time.Since(t0).Seconds()
 	cpu := procCPU(t, pid) - cpu0
 	hwm, rss := procMem(t, pid)
-	st := r.status(t)
+	st := r.Status(t)
 	t.Logf("sizing: %d engines, %d requests sent at %.1f/s over %.0fs: %d ok, %d failed", nEngines, sent.Load(), rate, wall, ok.Load(), failed.Load())
 	t.Logf("router: %.2f CPU-s over %.1fs = %.2f cores; %.1f ms CPU per request; peak RSS %.0f MiB (now %.0f MiB)",
 		cpu, wall, cpu/wall, 1000*cpu/float64(sent.Load()), hwm/1024, rss/1024)

@@ -1,6 +1,7 @@
 package policyinput
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/kvevents"
@@ -47,5 +48,28 @@ func TestTieBreakHashesWholePrompt(t *testing.T) {
 	}
 	if TieBreak(nil, 1) == TieBreak(nil, 2) {
 		t.Fatal("token-less requests should spread by counter")
+	}
+}
+
+func TestTieBreakSeesEveryToken(t *testing.T) {
+	base := make([]uint32, 1003)
+	for i := range base {
+		base[i] = uint32(i * 7919)
+	}
+	h := TieBreak(base, 1)
+	if TieBreak(slices.Clone(base), 2) != h {
+		t.Fatal("same tokens, different tie-break")
+	}
+	seen := map[uint64]bool{h: true}
+	for _, pos := range []int{0, 1, 2, 3, 4, 5, 6, 7, 500, 1001, 1002} {
+		v := slices.Clone(base)
+		v[pos]++
+		if seen[TieBreak(v, 1)] {
+			t.Fatalf("changing token %d does not change the tie-break", pos)
+		}
+		seen[TieBreak(v, 1)] = true
+	}
+	if TieBreak(base[:1002], 1) == h || TieBreak(nil, 1) == TieBreak(nil, 2) {
+		t.Fatal("length or sequence ignored")
 	}
 }

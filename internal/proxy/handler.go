@@ -147,7 +147,7 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			promptTokens = len(body) / 4
 		}
 		preq := policy.Request{PromptTokens: promptTokens, Tokenized: tokenized, MaxTokens: maxTokens,
-			TieBreak: tieBreak(tokens, s.counters.requests.Load())}
+			TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load())}
 		if s.cfg.SessionHeader != "" {
 			preq.SessionKey = r.Header.Get(s.cfg.SessionHeader)
 		}
@@ -301,20 +301,6 @@ func (s *Server) decide(t *table, req policy.Request, keys []kvindex.Key) (d pol
 
 // blockSize is the engines' block size, which the policy and the index share.
 func (s *Server) blockSize() int { return s.policy.Config().BlockSize }
-
-// tieBreak hashes the prompt's tokens (identical cold prompts go to the same place among
-// equally loaded endpoints), or uses a counter when there are none.
-func tieBreak(tokens []uint32, seq uint64) uint64 {
-	if len(tokens) == 0 {
-		return seq * 0x9e3779b97f4a7c15
-	}
-	h := uint64(14695981039346656037)
-	for _, t := range tokens {
-		h ^= uint64(t)
-		h *= 1099511628211
-	}
-	return h
-}
 
 func (s *Server) countDecision(d policy.Decision) {
 	s.counters.decMu.Lock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
+	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
 	"github.com/kvrouter/kvrouter/internal/routerstatus"
 )
@@ -26,20 +27,20 @@ const (
 // the router's /v1/status agrees with what the test scrapes from each vllm-sim, and the
 // operator's status code turns that into the same numbers.
 func TestStatusMatchesEngineCounters(t *testing.T) {
-	needBinaries(t)
+	fleettest.NeedBinaries(t)
 	// A KV cache of 40 blocks (640 tokens) cannot hold four ~400-token sequences at once, so the
 	// engines preempt; shared prefixes make hits.
-	var engines []*engine
+	var engines []*fleettest.Engine
 	for i := range 2 {
-		engines = append(engines, startEngine(t, fmt.Sprintf("e%d", i), "5", "--num-gpu-blocks-override", "40"))
+		engines = append(engines, fleettest.StartEngine(t, fmt.Sprintf("e%d", i), "5", "--num-gpu-blocks-override", "40"))
 	}
 	file := filepath.Join(t.TempDir(), "endpoints.yaml")
-	writeFile(t, file, endpointsYAML(engines))
-	router := startRouter(t, file)
-	waitConnected(t, router, 2)
+	writeFile(t, file, fleettest.EndpointsYAML(engines))
+	router := fleettest.StartRouter(t, file)
+	router.WaitConnected(t, 2)
 	// The router's rates start from its first scrape of each engine: take it before the traffic,
 	// so that the window covers all of it.
-	waitStatus(t, router, "a scrape of every idle engine", func(st routerapi.Status) bool {
+	router.WaitStatus(t, "a scrape of every idle engine", func(st routerapi.Status) bool {
 		for _, ep := range st.Endpoints {
 			if ep.Engine == nil {
 				return false
@@ -54,7 +55,7 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 		wg.Go(func() {
 			for i := range 4 {
 				prompt := strings.Repeat(fmt.Sprintf("shared context %d ", w%3), 60) + fmt.Sprintf("question %d-%d", w, i)
-				post(t, router, completion(prompt, 150, false))
+				post(t, router.URL, fleettest.Completion(prompt, 150, false))
 			}
 		})
 	}
@@ -66,9 +67,9 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 	// The engines are idle now; wait for the router's next scrape of every engine.
 	own := map[string]map[string]float64{}
 	for _, e := range engines {
-		own[e.name] = counters(t, e.url, mQueries, mHits, mPreemptions)
+		own[e.Name] = counters(t, e.URL, mQueries, mHits, mPreemptions)
 	}
-	st := waitStatus(t, router, "a scrape of the final counters", func(st routerapi.Status) bool {
+	st := router.WaitStatus(t, "a scrape of the final counters", func(st routerapi.Status) bool {
 		for _, ep := range st.Endpoints {
 			if ep.Engine == nil || ep.Engine.PrefixCacheQueries != own[ep.Name][mQueries] ||
 				ep.Engine.Preemptions != own[ep.Name][mPreemptions] {
@@ -143,16 +144,16 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 // Scale-down: an endpoint that turns not ready (a terminating pod, during its preStop pause)
 // gets no new request at once, and the stream it is serving runs to its end.
 func TestLeavingEndpointDrains(t *testing.T) {
-	needBinaries(t)
+	fleettest.NeedBinaries(t)
 	// Slowed down so that one stream outlasts the steps below.
-	engines := []*engine{startEngine(t, "e0", "0.3"), startEngine(t, "e1", "0.3")}
+	engines := []*fleettest.Engine{fleettest.StartEngine(t, "e0", "0.3"), fleettest.StartEngine(t, "e1", "0.3")}
 	file := filepath.Join(t.TempDir(), "endpoints.yaml")
-	writeFile(t, file, endpointsYAML(engines))
-	router := startRouter(t, file)
-	waitConnected(t, router, 2)
+	writeFile(t, file, fleettest.EndpointsYAML(engines))
+	router := fleettest.StartRouter(t, file)
+	router.WaitConnected(t, 2)
 
-	resp, err := http.Post(router+"/v1/completions", "application/json",
-		strings.NewReader(completion(strings.Repeat("a long running story ", 20), 200, true)))
+	resp, err := http.Post(router.URL+"/v1/completions", "application/json",
+		strings.NewReader(fleettest.Completion(strings.Repeat("a long running story ", 20), 200, true)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,13 +178,13 @@ func TestLeavingEndpointDrains(t *testing.T) {
 		streamed <- result{chunks, done}
 	}()
 
-	writeFile(t, file, endpointsYAML(engines, leaving))
-	waitStatus(t, router, leaving+" not ready", func(st routerapi.Status) bool { return st.ReadyEndpoints == 1 })
+	writeFile(t, file, fleettest.EndpointsYAML(engines, leaving))
+	router.WaitStatus(t, leaving+" not ready", func(st routerapi.Status) bool { return st.ReadyEndpoints == 1 })
 	if finished.Load() {
 		t.Fatal("the stream ended before the endpoint left; the test proves nothing (slow the engines down)")
 	}
 	for i := range 6 {
-		if got := post(t, router, completion(fmt.Sprintf("new request %d", i), 2, false)); got != staying {
+		if got := post(t, router.URL, fleettest.Completion(fmt.Sprintf("new request %d", i), 2, false)); got != staying {
 			t.Errorf("request %d went to %q while %s was leaving", i, got, leaving)
 		}
 	}
@@ -198,6 +199,6 @@ func TestLeavingEndpointDrains(t *testing.T) {
 	}
 
 	// The pod is gone: the endpoint leaves the list.
-	writeFile(t, file, endpointsYAML([]*engine{engines[map[string]int{"e0": 0, "e1": 1}[staying]]}))
-	waitStatus(t, router, "one endpoint listed", func(st routerapi.Status) bool { return len(st.Endpoints) == 1 })
+	writeFile(t, file, fleettest.EndpointsYAML([]*fleettest.Engine{engines[map[string]int{"e0": 0, "e1": 1}[staying]]}))
+	router.WaitStatus(t, "one endpoint listed", func(st routerapi.Status) bool { return len(st.Endpoints) == 1 })
 }

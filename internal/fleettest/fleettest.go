@@ -1,0 +1,292 @@
+// Package fleettest starts vllm-sim engines and the router as loopback processes for end-to-end
+// tests. Main builds both binaries once per test binary; each process is killed when the test that
+// started it ends, and its output is logged if that test failed.
+package fleettest
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/routerapi"
+)
+
+// waitTimeout bounds every wait for a process or a status condition.
+const waitTimeout = 20 * time.Second
+
+// binDir holds the built binaries; empty in -short mode, where NeedBinaries skips.
+var binDir string
+
+// Main is the TestMain of an end-to-end test package: it builds vllm-sim and the router into a
+// temporary directory, runs the tests, removes the directory and exits. In -short mode it builds
+// nothing.
+func Main(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "kvrouter-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Import paths, so that the build works from any test package's directory.
+	build := exec.Command("go", "build", "-o", dir+"/",
+		"github.com/kvrouter/kvrouter/cmd/vllm-sim", "github.com/kvrouter/kvrouter/cmd/router")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building vllm-sim and router:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// NeedBinaries skips the test when Main built no binaries (-short mode).
+func NeedBinaries(t *testing.T) {
+	t.Helper()
+	if binDir == "" {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+}
+
+// FreePort returns a port that was free on 127.0.0.1 a moment ago.
+func FreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// EventsEndpoint returns a free tcp://[::1]:port for an engine's KV-events PUB socket. vLLM binds
+// that socket only when the endpoint contains "*" or "::" (otherwise it connects), so IPv6
+// loopback is the only loopback-only way to make it bind; without IPv6 the test is skipped rather
+// than bind every interface.
+func EventsEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("IPv6 loopback unavailable (%v): the engines' KV-events socket binds only on \"*\" or \"::\" addresses, and these tests bind loopback only", err)
+	}
+	defer l.Close()
+	return fmt.Sprintf("tcp://[::1]:%d", l.Addr().(*net.TCPAddr).Port)
+}
+
+// Proc is a running binary started by Start.
+type Proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// Start runs a binary built by Main (name is "vllm-sim" or "router"); the process is killed when
+// the test ends, and its output is logged if the test failed.
+func Start(t *testing.T, name string, args ...string) *Proc {
+	t.Helper()
+	out := &syncBuffer{}
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("--- %s %v output:\n%s", name, args, out.String())
+		}
+	})
+	return p
+}
+
+// Kill kills the process, if it still runs, and waits for it to exit.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// syncBuffer collects a process's output (written from its stdout and stderr copiers) for the
+// failure log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Engine is a running vllm-sim serving the model "m" on loopback.
+type Engine struct {
+	Name, URL string
+	// Events and Replay are the KV-events PUB and replay ROUTER endpoints, as the router dials them.
+	Events, Replay string
+	Proc           *Proc
+}
+
+// StartEngine runs one simulated engine (Llama-3.1-8B's tokenizer, block size 16, sha256_cbor)
+// with KV events and replay on free loopback ports, and waits until it is healthy. timeScale is
+// simulated seconds per wall second (< 1 slows it down); extra adds vllm-sim flags.
+func StartEngine(t *testing.T, name, timeScale string, extra ...string) *Engine {
+	t.Helper()
+	hp, rp := FreePort(t), FreePort(t)
+	events := EventsEndpoint(t)
+	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"%s","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@%s@m"}`, events, rp, name)
+	args := append([]string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
+		"--host", "127.0.0.1", "--port", fmt.Sprint(hp), "--block-size", "16",
+		"--prefix-caching-hash-algo", "sha256_cbor", "--kv-events-config", kv, "--time-scale", timeScale}, extra...)
+	e := &Engine{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", hp),
+		Events: events, Replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp), Proc: Start(t, "vllm-sim", args...)}
+	WaitOK(t, e.URL+"/health")
+	return e
+}
+
+// EndpointsYAML is the router's endpoints file for engines; notReady names engines listed with
+// ready: false (what the Kubernetes discovery makes of a terminating pod).
+func EndpointsYAML(engines []*Engine, notReady ...string) []byte {
+	var b strings.Builder
+	b.WriteString("endpoints:\n")
+	for _, e := range engines {
+		fmt.Fprintf(&b, "  - name: %s\n    url: %s\n    kvEvents: %s\n    kvReplay: %s\n", e.Name, e.URL, e.Events, e.Replay)
+		for _, n := range notReady {
+			if n == e.Name {
+				b.WriteString("    ready: false\n")
+			}
+		}
+	}
+	return []byte(b.String())
+}
+
+// WriteEndpoints writes EndpointsYAML to a new file in the test's temporary directory and
+// returns its path.
+func WriteEndpoints(t *testing.T, engines []*Engine, notReady ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	if err := os.WriteFile(path, EndpointsYAML(engines, notReady...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Router is a running router with file discovery on loopback.
+type Router struct {
+	URL  string
+	Proc *Proc
+}
+
+// StartRouter runs the router on endpointsFile (scraping every 200ms unless args say otherwise)
+// and waits until it is healthy; args add router flags.
+func StartRouter(t *testing.T, endpointsFile string, args ...string) *Router {
+	t.Helper()
+	port := FreePort(t)
+	all := append([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--endpoints-file", endpointsFile,
+		"--scrape-interval", "200ms"}, args...)
+	r := &Router{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Proc: Start(t, "router", all...)}
+	WaitOK(t, r.URL+"/health")
+	return r
+}
+
+// WaitOK polls url until it answers 200, failing the test after 20s.
+func WaitOK(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not OK after %s (last error %v)", url, waitTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Status reads the router's /v1/status.
+func (r *Router) Status(t *testing.T) routerapi.Status {
+	t.Helper()
+	resp, err := http.Get(r.URL + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st routerapi.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// WaitStatus polls the router's status until ok holds and returns that status; after 20s it fails
+// the test, naming what it waited for.
+func (r *Router) WaitStatus(t *testing.T, what string, ok func(routerapi.Status) bool) routerapi.Status {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		st := r.Status(t)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; status %+v", what, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitConnected waits until n ready endpoints have their event stream connected, so that no
+// event of the traffic that follows is missed.
+func (r *Router) WaitConnected(t *testing.T, n int) {
+	t.Helper()
+	r.WaitStatus(t, "event streams connected", func(st routerapi.Status) bool {
+		c := 0
+		for _, e := range st.Endpoints {
+			if e.Ready && e.Events != nil && e.Events.Connected {
+				c++
+			}
+		}
+		return c == n
+	})
+}
+
+// Completion is a /v1/completions request body for the model "m".
+func Completion(prompt string, maxTokens int, stream bool) string {
+	b, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": maxTokens, "stream": stream})
+	return string(b)
+}
