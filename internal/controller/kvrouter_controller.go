@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -98,6 +99,8 @@ type KVRouterReconciler struct {
 	kinds *kindRegistry
 	ctrl  controller.Controller
 	cache cache.Cache
+	// apiReader reads KVRouters past the cache (see getKVRouter). Nil: Client.
+	apiReader client.Reader
 
 	mu      sync.Mutex
 	watched map[schema.GroupVersionKind]bool
@@ -129,6 +132,7 @@ func (r *KVRouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.kinds = newKindRegistry(mgr.GetRESTMapper(), r.RecheckInterval)
 	r.watched = map[schema.GroupVersionKind]bool{}
 	r.cache = mgr.GetCache()
+	r.apiReader = mgr.GetAPIReader()
 	log := mgr.GetLogger().WithName("kvrouter")
 	if _, err := r.kinds.refresh(true); err != nil {
 		// Not fatal: the kinds that could not be discovered are treated as missing and
@@ -204,7 +208,7 @@ func (r *KVRouterReconciler) watchNewKinds(ctx context.Context, added []schema.G
 func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, reterr error) {
 	log := logf.FromContext(ctx)
 	kvr := &v1alpha1.KVRouter{}
-	if err := r.Client.Get(ctx, req.NamespacedName, kvr); err != nil {
+	if err := r.getKVRouter(ctx, req.NamespacedName, kvr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !kvr.DeletionTimestamp.IsZero() {
@@ -292,6 +296,18 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// getKVRouter reads the KVRouter from the API server rather than the cache. Both controllers
+// compute a status from the object they read and write it when it differs; a cached copy that
+// lags the last status write (a reconcile queued by another event runs before the informer has
+// seen that write) would look like a transition, re-stamp lastTransitionTime, emit the Event
+// again and write twice. One GET per reconcile is cheap next to the applies that follow.
+func (r *KVRouterReconciler) getKVRouter(ctx context.Context, key types.NamespacedName, kvr *v1alpha1.KVRouter) error {
+	if r.apiReader == nil {
+		return r.Client.Get(ctx, key, kvr)
+	}
+	return r.apiReader.Get(ctx, key, kvr)
 }
 
 // childRole says which of a KVRouter's workloads an object is, if any.

@@ -132,7 +132,7 @@ func (r *KVRouterReconciler) thresholds() routerstatus.Thresholds {
 
 func (p *statusPoller) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	kvr := &v1alpha1.KVRouter{}
-	if err := p.Client.Get(ctx, req.NamespacedName, kvr); err != nil {
+	if err := p.getKVRouter(ctx, req.NamespacedName, kvr); err != nil {
 		if apierrors.IsNotFound(err) {
 			p.polls.forget(req.NamespacedName)
 		}

@@ -25,15 +25,23 @@ func (it *keyIter) len() int {
 	return len(it.tokens) / it.bs
 }
 
-func (it *keyIter) at(i int) Key {
+// fill computes the keys of blocks i, i+1, ... into dst, the chain kept in a local so the
+// hash of one block does not wait on a store and reload of the previous key.
+func (it *keyIter) fill(dst []Key, i int) {
 	if it.keys != nil {
-		return it.keys[i]
+		copy(dst, it.keys[i:])
+		return
 	}
-	var extra uint64
-	if i == 0 {
-		extra = it.salt
+	c, bs, toks := it.c, it.bs, it.tokens
+	for x := range dst {
+		var extra uint64
+		if i+x == 0 {
+			extra = it.salt
+		}
+		off := (i + x) * bs
+		dst[x] = c.next(toks[off:off+bs:off+bs], extra)
 	}
-	return it.c.next(it.tokens[i*it.bs:(i+1)*it.bs], extra)
+	it.c = c
 }
 
 // Lookup returns, for each source holding at least the first block of the request (confirmed or
@@ -91,7 +99,7 @@ type lookupScratch struct {
 	pbits []uint64
 	lens  []int32
 	wbits []uint64
-	wand  []uint64
+	rel   []uint64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
@@ -131,9 +139,20 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 	}
 	usePred := ix.pred.n > 0
 	now := ix.cfg.Now().UnixNano()
+	// rel = sources still in the GPU, any-medium or predicted prefix (the CPU and storage
+	// prefixes are subsets of the any-medium one); csLive: a CPU or storage prefix still runs.
+	// Alive sets only shrink, and only at fully processed blocks, so both are recomputed only
+	// there. A found block changes nothing, and needs no more than the probe, when no CPU or
+	// storage prefix runs and every source in rel holds it on GPU: its CPU and storage bits
+	// cannot end a prefix nobody is in, and the predicted prefix needs no prediction lookup.
+	sc.rel = slices.Grow(sc.rel[:0], w)[:w]
+	rel := sc.rel
 	// Keys are computed and probed a window at a time: the probes of a window are independent
 	// loads the CPU can overlap, where one probe per hash step would serialise on each.
-	// The GPU words are copied out in the same pass for the same reason.
+	// The GPU words are copied out in the same pass for the same reason. A window is 64 blocks
+	// so that the blocks needing more than the probe fit in one word: the walk below visits
+	// only those instead of testing every block (along a staggered prefix, where somebody drops
+	// out in most windows, that test was a fifth of the lookup).
 	const window = 64
 	var (
 		wkeys  [window]Key
@@ -142,127 +161,97 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 		wext   [window]bool
 	)
 	sc.wbits = slices.Grow(sc.wbits[:0], window*w)[:window*w]
-	sc.wand = slices.Grow(sc.wand[:0], w)[:w]
-	wbits, wand := sc.wbits, sc.wand
+	wbits := sc.wbits
 	i := 0
-	for ; i < n; i++ {
-		live := uint64(0)
-		for wi := range alive {
-			live |= alive[wi][clsAny] | alive[wi][clsPred]
-		}
-		if live == 0 {
-			break
-		}
-		j := i % window
-		if j == 0 {
-			end := min(n-i, window)
-			for x := 0; x < end; x++ {
-				wkeys[x] = it.at(i + x)
+	live, csLive := refresh(alive, rel)
+	for i < n && live {
+		end := min(n-i, window)
+		it.fill(wkeys[:end], i)
+		// quiet: blocks that change nothing given the alive sets at the window's start; the
+		// sets only shrink, so they stay quiet for the rest of the window.
+		var quiet uint64
+		for x := 0; x < end; x++ {
+			node, ok := ix.find(uint64(wkeys[x]))
+			wnodes[x], wok[x] = node, ok
+			if !ok {
+				continue
 			}
-			// wand = sources holding every block of the window on GPU.
-			for wi := range wand {
-				wand[wi] = ^uint64(0)
+			bits := wbits[x*w : (x+1)*w : (x+1)*w]
+			copy(bits, ix.gpuWords(node))
+			var miss uint64
+			for wi, b := range bits {
+				miss |= rel[wi] &^ b
 			}
-			found := true // every block of the window is in the index
-			for x := 0; x < end; x++ {
-				node, ok := ix.find(uint64(wkeys[x]))
-				wnodes[x], wok[x] = node, ok
-				if !ok {
-					found = false
+			if miss == 0 && !csLive {
+				quiet |= 1 << x
+			}
+			wext[x] = ix.exts[node>>chunkShift][node&chunkMask] != 0
+			ix.touch(node)
+		}
+		for todo := ^quiet & (^uint64(0) >> (window - end)); todo != 0; todo &= todo - 1 {
+			j := bits.TrailingZeros64(todo)
+			k, node, ok := wkeys[j], wnodes[j], wok[j]
+			if ok && !csLive {
+				// The same test against the alive sets as they are now.
+				var miss uint64
+				for wi, b := range wbits[j*w : (j+1)*w : (j+1)*w] {
+					miss |= rel[wi] &^ b
+				}
+				if miss == 0 {
 					continue
 				}
-				bits := wbits[x*w : (x+1)*w : (x+1)*w]
-				copy(bits, ix.gpuWords(node))
-				for wi, b := range bits {
-					wand[wi] &= b
-				}
-				wext[x] = ix.exts[node>>chunkShift][node&chunkMask] != 0
-				ix.touch(node)
 			}
-			// Along a shared prefix nobody drops out for many blocks: when every source still
-			// in the GPU, any-medium and predicted matches holds the whole window on GPU, and
-			// no CPU or storage match is still running, the window changes nothing and is
-			// skipped as a whole.
-			if found {
-				skip := true
-				for wi := range alive {
-					a := &alive[wi]
-					if (a[clsGPU]|a[clsAny]|a[clsPred])&^wand[wi]|a[clsCPU]|a[clsStorage] != 0 {
-						skip = false
+			var gw, cw, sw []uint64
+			if ok {
+				gw = wbits[j*w : (j+1)*w : (j+1)*w]
+				if wext[j] {
+					cw = ix.mediumWords(node, kvevents.MediumCPU)
+					sw = ix.mediumWords(node, kvevents.MediumStorage)
+				}
+			}
+			// Predictions matter only for sources still in the predicted prefix that lack the
+			// block on GPU; look them up only then.
+			needPred := false
+			if usePred {
+				for wi := 0; wi < w; wi++ {
+					var g uint64
+					if gw != nil {
+						g = gw[wi]
+					}
+					if alive[wi][clsPred]&^g != 0 {
+						needPred = true
 						break
 					}
 				}
-				if skip {
-					i += end - 1
-					continue
+				if needPred {
+					clear(pbits)
+					ix.pred.bits(k, now, pbits)
 				}
 			}
-		}
-		k, node, ok := wkeys[j], wnodes[j], wok[j]
-		if ok && !wext[j] {
-			// The same test for one GPU-only block: nothing changes, nothing to record.
-			var drop uint64
 			for wi := range alive {
 				a := &alive[wi]
-				drop |= (a[clsGPU]|a[clsAny]|a[clsPred])&^wbits[j*w+wi] | a[clsCPU] | a[clsStorage]
-			}
-			if drop == 0 {
-				continue
-			}
-		}
-		var gw, cw, sw []uint64
-		if ok {
-			gw = wbits[j*w : (j+1)*w : (j+1)*w]
-			if wext[j] {
-				cw = ix.mediumWords(node, kvevents.MediumCPU)
-				sw = ix.mediumWords(node, kvevents.MediumStorage)
-			}
-		}
-		// Predictions matter only for sources still in the predicted prefix that lack the
-		// block on GPU; look them up only then.
-		needPred := false
-		if usePred {
-			for wi := 0; wi < w; wi++ {
-				var g uint64
+				var g, c, s, p uint64
 				if gw != nil {
 					g = gw[wi]
 				}
-				if alive[wi][clsPred]&^g != 0 {
-					needPred = true
-					break
+				if cw != nil {
+					c, s = cw[wi], sw[wi]
+				}
+				p = g
+				if needPred {
+					p |= pbits[wi]
+				}
+				held := [numCls]uint64{g, c, s, g | c | s, p}
+				for cl := range held {
+					narrow(&a[cl], held[cl], lens[cl], wi, i+j)
 				}
 			}
-			if needPred {
-				clear(pbits)
-				ix.pred.bits(k, now, pbits)
+			if live, csLive = refresh(alive, rel); !live {
+				// Nobody is left: the lengths are all recorded, i no longer matters.
+				break
 			}
 		}
-		for wi := range alive {
-			a := &alive[wi]
-			var g, c, s, p uint64
-			if gw != nil {
-				g = gw[wi]
-			}
-			if cw != nil {
-				c, s = cw[wi], sw[wi]
-			}
-			p = g
-			if needPred {
-				p |= pbits[wi]
-			}
-			held := [numCls]uint64{g, c, s, g | c | s, p}
-			// Fast path: nobody drops out at this block (the common case along a shared prefix).
-			var drop uint64
-			for cl := range held {
-				drop |= a[cl] &^ held[cl]
-			}
-			if drop == 0 {
-				continue
-			}
-			for cl := range held {
-				narrow(&a[cl], held[cl], lens[cl], wi, i)
-			}
-		}
+		i += end
 	}
 	// Whoever is still alive matched all i blocks.
 	for wi := range alive {
@@ -295,6 +284,19 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 		})
 	}
 	return out
+}
+
+// refresh recomputes rel, the sources still in the any-medium or predicted prefix (the GPU,
+// CPU and storage prefixes are subsets of the any-medium one), and reports whether any source
+// is left and whether a CPU or storage prefix still runs.
+func refresh(alive [][numCls]uint64, rel []uint64) (live, csLive bool) {
+	for wi := range alive {
+		a := &alive[wi]
+		rel[wi] = a[clsAny] | a[clsPred]
+		live = live || rel[wi] != 0
+		csLive = csLive || a[clsCPU]|a[clsStorage] != 0
+	}
+	return live, csLive
 }
 
 // narrow intersects one word of an alive set with held and records position i as the final
