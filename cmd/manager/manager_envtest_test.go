@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,25 +20,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/controller"
+	"github.com/kvrouter/kvrouter/internal/fleettest"
 )
-
-// syncBuffer is a bytes.Buffer the manager's logger and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEnvtestManager runs the manager binary's code path (flags, kubeconfig, scheme, cache,
 // probes, controller) against a bare control plane that has only the KVRouter CRD, and checks
@@ -86,7 +67,7 @@ func TestEnvtestManager(t *testing.T) {
 	}
 
 	probeAddr := freeAddr(t)
-	var stderr syncBuffer
+	var stderr fleettest.SyncBuffer
 	c, err := parseFlags([]string{
 		"--kubeconfig", kubeconfigPath, "--metrics-bind-address", "0",
 		"--health-probe-bind-address", probeAddr, "--kvrouter-image", "kvrouter:smoke",

@@ -91,7 +91,7 @@ func EventsEndpoint(t *testing.T) string {
 // Proc is a running binary started by Start.
 type Proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *SyncBuffer
 	done chan struct{}
 }
 
@@ -99,7 +99,7 @@ type Proc struct {
 // the test ends, and its output is logged if the test failed.
 func Start(t *testing.T, name string, args ...string) *Proc {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &SyncBuffer{}
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -130,20 +130,20 @@ func (p *Proc) Kill() {
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// syncBuffer collects a process's output (written from its stdout and stderr copiers) for the
-// failure log.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a process's output copiers (or a logger) and the test can
+// share: writes and reads take a lock.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
