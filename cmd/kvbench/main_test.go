@@ -8,12 +8,11 @@ import (
 	"testing"
 )
 
-// The CLI path end to end: a small simulation writes report.json and report.html with one entry
-// per policy, and `compare` merges two reports.
-func TestSimulateWritesReports(t *testing.T) {
-	out := t.TempDir()
-	args := []string{"--policies", "kvrouter,round-robin", "--requests", "60", "--rates", "100", "--quiet",
-		"--out", out, filepath.Join("..", "..", "bench", "workloads", "demo.yaml")}
+// simulateDemo runs `kvbench simulate` on the demo workload at 100 req/s into out with extra
+// flags, and returns its report.json.
+func simulateDemo(t *testing.T, out string, flags ...string) []byte {
+	t.Helper()
+	args := append(flags, "--rates", "100", "--quiet", "--out", out, filepath.Join("..", "..", "bench", "workloads", "demo.yaml"))
 	if err := runSimulate(args, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
@@ -21,6 +20,14 @@ func TestSimulateWritesReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// The CLI path end to end: a small simulation writes report.json and report.html with one entry
+// per policy, and `compare` merges two reports.
+func TestSimulateWritesReports(t *testing.T) {
+	out := t.TempDir()
+	b := simulateDemo(t, out, "--policies", "kvrouter,round-robin", "--requests", "60")
 	var r struct {
 		Workload string `json:"workload"`
 		Policies []struct {
@@ -43,5 +50,34 @@ func TestSimulateWritesReports(t *testing.T) {
 	}
 	if err := runSimulate([]string{"--policies", "nope", "x.yaml"}, slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("an unknown policy must be an error")
+	}
+}
+
+// --seeds reports, per policy and rate, the mean over that many seeds with the throughput's spread.
+func TestSimulateSeedsReportsMeans(t *testing.T) {
+	out := t.TempDir()
+	b := simulateDemo(t, out, "--policies", "kvrouter", "--requests", "40", "--seeds", "3")
+	var r struct {
+		Seed     uint64   `json:"seed"`
+		Seeds    []uint64 `json:"seeds"`
+		Policies []struct {
+			Output float64            `json:"output_throughput_tok_s"`
+			Extra  map[string]float64 `json:"extra"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Seeds) != 3 || r.Seeds[0] != r.Seed || r.Seeds[2] != r.Seed+2 || len(r.Policies) != 1 {
+		t.Fatalf("seeds %v (seed %d), %d policies", r.Seeds, r.Seed, len(r.Policies))
+	}
+	p := r.Policies[0]
+	if p.Extra["seeds"] != 3 || !(p.Extra["output_tok_s_min"] <= p.Output && p.Output <= p.Extra["output_tok_s_max"]) ||
+		p.Extra["output_tok_s_min"] == p.Extra["output_tok_s_max"] {
+		t.Fatalf("mean %.0f outside or without a spread: %v", p.Output, p.Extra)
+	}
+	if err := runSimulate([]string{"--seeds", "0", "--quiet", "--out", out, filepath.Join("..", "..", "bench", "workloads", "demo.yaml")},
+		slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("--seeds 0 must be an error")
 	}
 }

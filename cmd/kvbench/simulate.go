@@ -26,6 +26,7 @@ func runSimulate(args []string, log *slog.Logger) error {
 	requests := fs.Int("requests", 0, "override load.requests (cap per run)")
 	duration := fs.Float64("duration", 0, "override load.duration (seconds of arrivals per run)")
 	seed := fs.Uint64("seed", 0, "override the workload's seed")
+	seeds := fs.Int("seeds", 1, "run every policy and rate with this many seeds (the workload's, then +1, +2, ...) and report the means")
 	traces := fs.String("traces", "../shared/traces", "directory holding the trace files")
 	out := fs.String("out", "out/bench", "output directory (one subdirectory per workload)")
 	lag := fs.Float64("event-lag", 0.005, "KV event delay from engine to router index, seconds")
@@ -35,6 +36,8 @@ func runSimulate(args []string, log *slog.Logger) error {
 	fs.IntVar(&tune.DecodeSlack, "kvrouter-decode-slack", 0, "override kvrouter's DecodeSlack (0: default)")
 	fs.Float64Var(&tune.PrefillRatio, "kvrouter-prefill-ratio", 0, "override kvrouter's PrefillRatio (0: default)")
 	fs.Float64Var(&tune.TargetTTFT, "kvrouter-target-ttft", 0, "set kvrouter's TargetTTFT in seconds (0: off)")
+	fs.Float64Var(&tune.LoadBound, "kvrouter-load-bound", 0, "override kvrouter's LoadBound (0: default)")
+	fs.Float64Var(&tune.KVPressure, "kvrouter-kv-pressure", 0, "override kvrouter's KVPressure (0: default)")
 	fs.Float64Var(&tune.TieTolerance, "kvrouter-tie-tolerance", 0, "override kvrouter's TieTolerance (0: default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,19 +79,39 @@ func runSimulate(args []string, log *slog.Logger) error {
 		if spec.ScaleUp != nil {
 			rep.Fleet += fmt.Sprintf(", +%d at %.0f%% of arrivals", spec.ScaleUp.Add, 100*spec.ScaleUp.AtFraction)
 		}
+		if *seeds < 1 {
+			return errors.New("simulate: --seeds must be at least 1")
+		}
+		if *seeds > 1 {
+			for i := range *seeds {
+				rep.Seeds = append(rep.Seeds, spec.Seed+uint64(i))
+			}
+		}
 		maxPrompt := spec.Fleet.MaxModelLen
 		for _, rate := range spec.Load.Rates {
-			reqs, err := workload.Generate(spec, rate, workload.Options{TracesDir: *traces, MaxPromptTokens: maxPrompt})
-			if err != nil {
-				return err
-			}
-			for _, f := range factories {
-				res, err := simulate.Run(simulate.Config{Spec: spec, Rate: rate, Requests: reqs, Policy: f, Seed: spec.Seed, EventLag: *lag})
+			runs := make([][]metrics.Result, len(factories))
+			for i := range *seeds {
+				// Each seed draws its own requests (arrivals, groups, lengths) and its own
+				// policy randomness: overloaded runs are chaotic enough that one seed's
+				// ranking of close policies is partly luck.
+				sp := *spec
+				sp.Seed = spec.Seed + uint64(i)
+				reqs, err := workload.Generate(&sp, rate, workload.Options{TracesDir: *traces, MaxPromptTokens: maxPrompt})
 				if err != nil {
-					return fmt.Errorf("%s/%s@%g: %w", spec.Name, f.Name, rate, err)
+					return err
 				}
-				log.Info("run done", "workload", spec.Name, "policy", f.Name, "rate", rate, "requests", res.Requests,
-					"out_tok_s", int(res.OutputThroughput), "hit", fmt.Sprintf("%.3f", res.HitRate), "wall_s", fmt.Sprintf("%.1f", res.Extra["sim_wall_s"]))
+				for j, f := range factories {
+					res, err := simulate.Run(simulate.Config{Spec: &sp, Rate: rate, Requests: reqs, Policy: f, Seed: sp.Seed, EventLag: *lag})
+					if err != nil {
+						return fmt.Errorf("%s/%s@%g: %w", spec.Name, f.Name, rate, err)
+					}
+					log.Info("run done", "workload", spec.Name, "policy", f.Name, "rate", rate, "seed", sp.Seed, "requests", res.Requests,
+						"out_tok_s", int(res.OutputThroughput), "hit", fmt.Sprintf("%.3f", res.HitRate), "wall_s", fmt.Sprintf("%.1f", res.Extra["sim_wall_s"]))
+					runs[j] = append(runs[j], res)
+				}
+			}
+			for j := range factories {
+				res := metrics.Mean(runs[j])
 				rep.Sweep = append(rep.Sweep, res)
 				if rate == rep.Rate {
 					rep.Policies = append(rep.Policies, res)

@@ -208,3 +208,69 @@ func CoV(v []float64) float64 {
 	}
 	return math.Sqrt(ss/float64(len(v))) / mean
 }
+
+// Mean summarises runs of one policy at one rate over several seeds: every figure is the mean of
+// the runs' figures (percentiles included: the mean of each run's percentile, not a percentile
+// of the pooled requests), counts are rounded means, and Extra gains the spread of the output
+// throughput (output_tok_s_min, output_tok_s_max) and the number of seeds. One run is returned
+// as it is.
+func Mean(runs []Result) Result {
+	if len(runs) <= 1 {
+		if len(runs) == 1 {
+			return runs[0]
+		}
+		return Result{}
+	}
+	n := float64(len(runs))
+	out := Result{Policy: runs[0].Policy, Source: runs[0].Source, Rate: runs[0].Rate,
+		PerEndpoint: map[string]int{}, Extra: map[string]float64{}}
+	var req, done, failed, pre float64
+	lo, hi := math.Inf(1), math.Inf(-1)
+	var share, fair float64
+	shares := 0
+	per := map[string]float64{}
+	for _, r := range runs {
+		req += float64(r.Requests)
+		done += float64(r.Completed)
+		failed += float64(r.Failed)
+		pre += float64(r.Preemptions)
+		out.DurationS += r.DurationS / n
+		out.OutputThroughput += r.OutputThroughput / n
+		out.InputThroughput += r.InputThroughput / n
+		out.Goodput += r.Goodput / n
+		out.SLOAttainment += r.SLOAttainment / n
+		out.RequestRate += r.RequestRate / n
+		out.TTFTP50 += r.TTFTP50 / n
+		out.TTFTP90 += r.TTFTP90 / n
+		out.TTFTP99 += r.TTFTP99 / n
+		out.ITLP50 += r.ITLP50 / n
+		out.E2EP50 += r.E2EP50 / n
+		out.E2EP99 += r.E2EP99 / n
+		out.HitRate += r.HitRate / n
+		out.ImbalanceCoV += r.ImbalanceCoV / n
+		lo, hi = math.Min(lo, r.OutputThroughput), math.Max(hi, r.OutputThroughput)
+		if r.ScaledUpShare != nil {
+			share += *r.ScaledUpShare
+			fair += *r.ScaledUpFairShare
+			shares++
+		}
+		for k, v := range r.PerEndpoint {
+			per[k] += float64(v) / n
+		}
+		for k, v := range r.Extra {
+			out.Extra[k] += v / n
+		}
+	}
+	out.Requests, out.Completed, out.Failed = int(math.Round(req/n)), int(math.Round(done/n)), int(math.Round(failed/n))
+	out.Preemptions = int(math.Round(pre / n))
+	if shares > 0 {
+		s, f := share/float64(shares), fair/float64(shares)
+		out.ScaledUpShare, out.ScaledUpFairShare = &s, &f
+	}
+	for k, v := range per {
+		out.PerEndpoint[k] = int(math.Round(v))
+	}
+	out.Extra["seeds"] = n
+	out.Extra["output_tok_s_min"], out.Extra["output_tok_s_max"] = lo, hi
+	return out
+}

@@ -54,3 +54,28 @@ func TestScaleUpShare(t *testing.T) {
 		t.Fatalf("share %v fair %v", r.ScaledUpShare, r.ScaledUpFairShare)
 	}
 }
+
+func TestMeanOverSeeds(t *testing.T) {
+	half, fair := 0.25, 0.5
+	more := 0.75
+	a := Result{Policy: "p", Rate: 10, Requests: 10, Completed: 9, OutputThroughput: 100, TTFTP99: 2, HitRate: 0.5,
+		Preemptions: 3, ScaledUpShare: &half, ScaledUpFairShare: &fair, PerEndpoint: map[string]int{"e0": 4}, Extra: map[string]float64{"x": 1}}
+	b := Result{Policy: "p", Rate: 10, Requests: 12, Completed: 12, OutputThroughput: 200, TTFTP99: 4, HitRate: 0.7,
+		Preemptions: 4, ScaledUpShare: &more, ScaledUpFairShare: &fair, PerEndpoint: map[string]int{"e0": 6}, Extra: map[string]float64{"x": 3}}
+	m := Mean([]Result{a, b})
+	if m.Policy != "p" || m.Rate != 10 || m.Requests != 11 || m.Completed != 11 || m.Preemptions != 4 {
+		t.Fatalf("counts %+v", m)
+	}
+	if m.OutputThroughput != 150 || m.TTFTP99 != 3 || math.Abs(m.HitRate-0.6) > 1e-12 {
+		t.Fatalf("means %+v", m)
+	}
+	if *m.ScaledUpShare != 0.5 || m.PerEndpoint["e0"] != 5 || m.Extra["x"] != 2 {
+		t.Fatalf("share %v per %v extra %v", *m.ScaledUpShare, m.PerEndpoint, m.Extra)
+	}
+	if m.Extra["seeds"] != 2 || m.Extra["output_tok_s_min"] != 100 || m.Extra["output_tok_s_max"] != 200 {
+		t.Fatalf("spread %v", m.Extra)
+	}
+	if one := Mean([]Result{a}); one.OutputThroughput != 100 || one.Extra["seeds"] != 0 {
+		t.Fatalf("one run changed: %+v", one)
+	}
+}

@@ -29,7 +29,7 @@ th:first-child,td:first-child{text-align:left} tr.kv td{font-weight:600}
 </style></head><body>
 <h1>kvbench — {{.R.Workload}}</h1>
 <p>{{.R.Description}}</p>
-<p class="note">mode {{.R.Mode}} · seed {{.R.Seed}} · {{.R.Fleet}} · headline rate {{.R.Rate}} · SLO: TTFT ≤ {{.R.SLO.TTFT}} s and mean ITL ≤ {{.R.SLO.ITL}} s per request{{if .R.Command}} · <code>{{.R.Command}}</code>{{end}}</p>
+<p class="note">mode {{.R.Mode}} · {{.R.SeedNote}} · {{.R.Fleet}} · headline rate {{.R.Rate}} · SLO: TTFT ≤ {{.R.SLO.TTFT}} s and mean ITL ≤ {{.R.SLO.ITL}} s per request{{if .R.Command}} · <code>{{.R.Command}}</code>{{end}}</p>
 <h2>Headline (rate {{.R.Rate}})</h2>
 <table><tr><th>policy</th><th>output tok/s</th><th>goodput tok/s</th><th>TTFT p50</th><th>TTFT p90</th><th>TTFT p99</th><th>ITL p50</th><th>E2E p50</th><th>E2E p99</th><th>hit rate</th><th>preemptions</th><th>imbalance CoV</th><th>scaled-up share</th><th>completed</th></tr>
 {{range .Rows}}<tr{{if .KV}} class="kv"{{end}}><td>{{.P.Policy}}</td><td>{{printf "%.0f" .P.OutputThroughput}}</td><td>{{printf "%.0f" .P.Goodput}}</td><td>{{printf "%.3f" .P.TTFTP50}}</td><td>{{printf "%.3f" .P.TTFTP90}}</td><td>{{printf "%.3f" .P.TTFTP99}}</td><td>{{printf "%.4f" .P.ITLP50}}</td><td>{{printf "%.2f" .P.E2EP50}}</td><td>{{printf "%.2f" .P.E2EP99}}</td><td>{{printf "%.1f%%" .Hit}}</td><td>{{.P.Preemptions}}</td><td>{{printf "%.2f" .P.ImbalanceCoV}}</td><td>{{.Share}}</td><td>{{.P.Completed}}/{{.P.Requests}}</td></tr>

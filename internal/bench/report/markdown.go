@@ -10,7 +10,7 @@ import (
 // by the rate sweep of the named policies when the report has more than one rate.
 func WriteMarkdown(w io.Writer, r *Report, sweepPolicies []string) error {
 	fmt.Fprintf(w, "**%s** — %s  \n", r.Workload, r.Description)
-	fmt.Fprintf(w, "%s, seed %d, headline rate %g, SLO TTFT ≤ %g s and ITL ≤ %g s.\n\n", r.Fleet, r.Seed, r.Rate, r.SLO.TTFT, r.SLO.ITL)
+	fmt.Fprintf(w, "%s, %s, headline rate %g, SLO TTFT ≤ %g s and ITL ≤ %g s.\n\n", r.Fleet, r.SeedNote(), r.Rate, r.SLO.TTFT, r.SLO.ITL)
 	fmt.Fprintln(w, "| policy | out tok/s | goodput tok/s | TTFT p50 | TTFT p90 | TTFT p99 | ITL p50 | E2E p50 | E2E p99 | hit | preempt | CoV | new-replica share |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range r.Policies {

@@ -17,13 +17,15 @@ import (
 
 // Report is one workload's results.
 type Report struct {
-	Workload    string      `json:"workload"`
-	Description string      `json:"description,omitempty"`
-	Mode        string      `json:"mode"`
-	Seed        uint64      `json:"seed"`
-	Command     string      `json:"command,omitempty"`
-	Fleet       string      `json:"fleet,omitempty"`
-	SLO         metrics.SLO `json:"slo"`
+	Workload    string `json:"workload"`
+	Description string `json:"description,omitempty"`
+	Mode        string `json:"mode"`
+	Seed        uint64 `json:"seed"`
+	// Seeds lists the seeds each figure is the mean over (absent for one seed).
+	Seeds   []uint64    `json:"seeds,omitempty"`
+	Command string      `json:"command,omitempty"`
+	Fleet   string      `json:"fleet,omitempty"`
+	SLO     metrics.SLO `json:"slo"`
 	// Rate is the rate of the headline runs in Policies.
 	Rate     float64          `json:"rate"`
 	Policies []metrics.Result `json:"policies"`
@@ -31,9 +33,17 @@ type Report struct {
 	Sweep []metrics.Result `json:"sweep,omitempty"`
 }
 
+// SeedNote says which seed(s) the figures come from.
+func (r *Report) SeedNote() string {
+	if len(r.Seeds) > 1 {
+		return fmt.Sprintf("mean over seeds %d–%d", r.Seeds[0], r.Seeds[len(r.Seeds)-1])
+	}
+	return fmt.Sprintf("seed %d", r.Seed)
+}
+
 // WriteTable prints the headline runs as an aligned table.
 func WriteTable(w io.Writer, r *Report) error {
-	fmt.Fprintf(w, "workload %s (%s, rate %g, SLO TTFT<=%gs ITL<=%gs)\n", r.Workload, r.Mode, r.Rate, r.SLO.TTFT, r.SLO.ITL)
+	fmt.Fprintf(w, "workload %s (%s, %s, rate %g, SLO TTFT<=%gs ITL<=%gs)\n", r.Workload, r.Mode, r.SeedNote(), r.Rate, r.SLO.TTFT, r.SLO.ITL)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tout tok/s\tgoodput\tTTFT p50\tp90\tp99\tITL p50\tE2E p50\tp99\thit\tpreempt\tCoV\tnew share\tdone\t")
 	for _, p := range r.Policies {
