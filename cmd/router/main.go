@@ -53,7 +53,7 @@ type options struct {
 	noEvents                                            bool
 	pprofAddr                                           string
 	indexMaxKeys                                        int
-	predictTTL                                          time.Duration
+	predictTTL, predictHold                             time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -86,7 +86,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	fs.BoolVar(&o.noEvents, "no-kv-events", false, "do not subscribe to KV events (route by load only)")
 	fs.IntVar(&o.indexMaxKeys, "index-max-keys", 0, "cap on distinct prefix blocks in the index (0: the index's default)")
-	fs.DurationVar(&o.predictTTL, "predict-ttl", 2*time.Second, "lifetime of predicted index entries")
+	fs.DurationVar(&o.predictTTL, "predict-ttl", 2*time.Second, "lifetime of predicted index entries once their request has started")
+	fs.DurationVar(&o.predictHold, "predict-hold", 10*time.Minute, "longest a request's predicted index entries live while it waits for its first token")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
 	if err := fs.Parse(args); err != nil {
@@ -160,7 +161,7 @@ func run(ctx context.Context, o *options) error {
 	var index *kvindex.Index
 	var streams *kvstream.Manager
 	if !o.noEvents {
-		index = kvindex.New(kvindex.Config{BlockSize: o.blockSize, MaxKeys: o.indexMaxKeys, PredictTTL: o.predictTTL})
+		index = kvindex.New(kvindex.Config{BlockSize: o.blockSize, MaxKeys: o.indexMaxKeys, PredictTTL: o.predictTTL, PredictHold: o.predictHold})
 		streams = kvstream.NewManager(index, kvstream.Config{Logger: log.WithName("kvstream")})
 		for _, c := range []any{index, streams} {
 			if c, ok := c.(prometheus.Collector); ok {

@@ -44,6 +44,10 @@ type Config struct {
 	MaxKeys int
 	// PredictTTL is how long a predicted entry lives unless events confirm it. Default 2s.
 	PredictTTL time.Duration
+	// PredictHold bounds how long a prediction made with PredictPendingKeys lives before its
+	// request is settled (SettleKeys): a safety net should the settle never come. Default 10m;
+	// never less than PredictTTL.
+	PredictHold time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }

@@ -60,6 +60,10 @@ func New(cfg Config) *Index {
 	if cfg.PredictTTL <= 0 {
 		cfg.PredictTTL = 2 * time.Second
 	}
+	if cfg.PredictHold <= 0 {
+		cfg.PredictHold = 10 * time.Minute
+	}
+	cfg.PredictHold = max(cfg.PredictHold, cfg.PredictTTL)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

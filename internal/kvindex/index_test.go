@@ -199,6 +199,43 @@ func TestPredictions(t *testing.T) {
 	}
 }
 
+// A request still queued in its engine keeps its prediction past PredictTTL; once it has started
+// (settled), the unconfirmed rest expires like any prediction. A second request's plain
+// prediction of the same blocks does not cut the first one's hold short.
+func TestPendingPredictions(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ix := kvindex.New(kvindex.Config{BlockSize: bs, PredictTTL: time.Second, PredictHold: time.Minute, Now: func() time.Time { return now }})
+	prompt := toks(3*bs, 1)
+	keys := kvindex.RequestKeys(nil, prompt, bs, kvindex.KeyParams{})
+	ix.PredictPendingKeys(srcA, keys)
+	ix.PredictKeys(srcA, keys[:1])
+	ix.PredictKeys(srcB, keys)
+	now = now.Add(30 * time.Second)
+	ms := ix.Lookup(prompt, kvindex.LookupOptions{})
+	if a := matchOf(ms, srcA); a.PredictedBlocks != 3 {
+		t.Fatalf("pending prediction expired while its request waits: %+v", a)
+	}
+	if b := matchOf(ms, srcB); b.PredictedBlocks != 0 {
+		t.Fatalf("plain prediction outlived PredictTTL: %+v", b)
+	}
+	// The request starts; the engine confirms its first block only.
+	apply(t, ix, srcA, kveventstest.Stored{Hashes: []uint64{1}, Tokens: prompt[:bs], BlockSize: bs})
+	ix.SettleKeys(srcA, keys)
+	if a := matchOf(ix.Lookup(prompt, kvindex.LookupOptions{}), srcA); a.PredictedBlocks != 3 {
+		t.Fatalf("settled prediction dropped before PredictTTL: %+v", a)
+	}
+	now = now.Add(2 * time.Second)
+	if a := matchOf(ix.Lookup(prompt, kvindex.LookupOptions{}), srcA); a.Blocks[kvevents.MediumGPU] != 1 || a.PredictedBlocks != 1 {
+		t.Fatalf("settled prediction outlived PredictTTL: %+v", a)
+	}
+	// Without a settle, the hold is still bounded.
+	ix.PredictPendingKeys(srcB, keys)
+	now = now.Add(2 * time.Minute)
+	if b := matchOf(ix.Lookup(prompt, kvindex.LookupOptions{}), srcB); b.PredictedBlocks != 0 {
+		t.Fatalf("pending prediction outlived PredictHold: %+v", b)
+	}
+}
+
 func TestEvictionCap(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{BlockSize: bs, MaxKeys: 100})
 	hot := toks(bs, 5000)

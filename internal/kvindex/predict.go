@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"time"
+
 	"github.com/kvrouter/kvrouter/internal/kvevents"
 )
 
@@ -37,14 +39,15 @@ func (p *predictions) count() int { return p.n }
 
 func (p *predictions) home(k Key) uint64 { return uint64(k) & uint64(len(p.slots)-1) }
 
-// add records that sid will hold each of keys until now+ttl. At most max predictions are held
-// (expired ones are swept first); keys beyond that are not predicted.
-func (p *predictions) add(sid uint16, keys []Key, now, ttl int64, max int) {
-	if now >= p.nextSweep || p.n+len(keys) > max {
+// add records that sid will hold each of keys until now+ttl (a prediction already there keeps
+// the later expiry). At most max predictions are held (expired ones are swept first, and at least
+// every sweepEvery); keys beyond that are not predicted.
+func (p *predictions) add(sid uint16, keys []Key, now, ttl, sweepEvery int64, limit int) {
+	if now >= p.nextSweep || p.n+len(keys) > limit {
 		p.sweep(now)
-		p.nextSweep = now + ttl
+		p.nextSweep = now + sweepEvery
 	}
-	p.reserve(min(p.n+len(keys), max))
+	p.reserve(min(p.n+len(keys), limit))
 	exp := now + ttl
 	mask := uint64(len(p.slots) - 1)
 	for _, k := range keys {
@@ -52,7 +55,7 @@ func (p *predictions) add(sid uint16, keys []Key, now, ttl int64, max int) {
 		for {
 			s := &p.slots[i]
 			if s.key == 0 {
-				if p.n >= max {
+				if p.n >= limit {
 					return
 				}
 				*s = predSlot{key: k, expires: exp, sid: sid}
@@ -60,7 +63,7 @@ func (p *predictions) add(sid uint16, keys []Key, now, ttl int64, max int) {
 				break
 			}
 			if s.key == k && s.sid == sid {
-				s.expires = exp
+				s.expires = max(s.expires, exp)
 				break
 			}
 			i = (i + 1) & mask
@@ -124,6 +127,26 @@ func (p *predictions) sweep(now int64) {
 		size /= 2
 	}
 	p.rehash(size, func(s predSlot) bool { return s.expires > now })
+}
+
+// settle brings the expiry of sid's predictions of keys forward to at most until.
+func (p *predictions) settle(sid uint16, keys []Key, until int64) {
+	if p.n == 0 {
+		return
+	}
+	mask := uint64(len(p.slots) - 1)
+	for _, k := range keys {
+		for i := p.home(k); ; i = (i + 1) & mask {
+			s := &p.slots[i]
+			if s.key == 0 {
+				break
+			}
+			if s.key == k && s.sid == sid {
+				s.expires = min(s.expires, until)
+				break
+			}
+		}
+	}
 }
 
 // remove drops the prediction (sid, k), if any, by backward-shift deletion (no tombstones, so
@@ -204,6 +227,36 @@ func (ix *Index) Predict(src SourceID, tokens []uint32, p KeyParams) {
 // prevents (see confirm); so the outcome is the same as predicting every block, for the cost of
 // the uncached suffix. A confirmed block removed within the TTL is reported as gone.
 func (ix *Index) PredictKeys(src SourceID, keys []Key) {
+	ix.predictKeys(src, keys, ix.cfg.PredictTTL)
+}
+
+// PredictPendingKeys is PredictKeys for a request that has been sent to src and not yet
+// started there: its predictions last until SettleKeys (or events confirm them, or
+// Config.PredictHold passes), however long the request waits in the engine's queue. A fixed
+// lifetime shorter than that wait is what made a busy fleet place one prefix twice: the
+// prediction expired while the first request was still queued, the next request of the same
+// prefix saw no holder and started a second copy elsewhere (docs/benchmarks.md).
+func (ix *Index) PredictPendingKeys(src SourceID, keys []Key) {
+	ix.predictKeys(src, keys, ix.cfg.PredictHold)
+}
+
+// SettleKeys says that the request whose keys were predicted with PredictPendingKeys has
+// started on src (its first token came back) or ended: what events have not confirmed by then
+// expires within Config.PredictTTL, like any other prediction. Keys never predicted are ignored.
+func (ix *Index) SettleKeys(src SourceID, keys []Key) {
+	if len(keys) == 0 {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	sid, ok := ix.srcIDs[src]
+	if !ok || ix.pred.n == 0 {
+		return
+	}
+	ix.pred.settle(sid, keys, ix.cfg.Now().UnixNano()+int64(ix.cfg.PredictTTL))
+}
+
+func (ix *Index) predictKeys(src SourceID, keys []Key, ttl time.Duration) {
 	if len(keys) == 0 {
 		return
 	}
@@ -228,5 +281,5 @@ func (ix *Index) PredictKeys(src SourceID, keys []Key) {
 		return
 	}
 	now := ix.cfg.Now().UnixNano()
-	ix.pred.add(s.sid, todo, now, int64(ix.cfg.PredictTTL), ix.cfg.MaxKeys)
+	ix.pred.add(s.sid, todo, now, int64(ttl), int64(ix.cfg.PredictTTL), ix.cfg.MaxKeys)
 }

@@ -5,10 +5,11 @@ import (
 	"testing"
 )
 
-// The flat prediction table behaves like a map of (key, source) → expiry under random adds,
-// confirmations (removals), expiry sweeps and source drops. Keys are drawn from a small range
-// with colliding low bits, so probe runs are long, hold several sources per key, and wrap around
-// the table's end: the cases backward-shift deletion must get right.
+// The flat prediction table behaves like a map of (key, source) → expiry under random adds (short
+// and held lifetimes), settles, confirmations (removals), expiry sweeps and source drops. Keys
+// are drawn from a small range with colliding low bits, so probe runs are long, hold several
+// sources per key, and wrap around the table's end: the cases backward-shift deletion must get
+// right.
 func TestPredictionTableMatchesMap(t *testing.T) {
 	type pk struct {
 		k   Key
@@ -17,7 +18,7 @@ func TestPredictionTableMatchesMap(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var p predictions
 	model := map[pk]int64{}
-	const ttl, max = 100, 3000
+	const ttl, limit = 100, 3000
 	now := int64(1000)
 	key := func() Key {
 		// Low bits from a few values (collisions), high bits varied: many keys share a home.
@@ -31,17 +32,35 @@ func TestPredictionTableMatchesMap(t *testing.T) {
 			for i := range keys {
 				keys[i] = key()
 			}
-			if now >= p.nextSweep || p.n+len(keys) > max {
+			if now >= p.nextSweep || p.n+len(keys) > limit {
 				for x, exp := range model {
 					if exp <= now {
 						delete(model, x)
 					}
 				}
 			}
-			p.add(sid, keys, now, ttl, max)
+			life := int64(ttl)
+			if rnd.IntN(3) == 0 {
+				life = 10 * ttl // held until settled
+			}
+			p.add(sid, keys, now, life, ttl, limit)
 			for _, k := range keys {
-				if _, ok := model[pk{k, sid}]; ok || len(model) < max {
-					model[pk{k, sid}] = now + ttl
+				if exp, ok := model[pk{k, sid}]; ok {
+					model[pk{k, sid}] = max(exp, now+life)
+				} else if len(model) < limit {
+					model[pk{k, sid}] = now + life
+				}
+			}
+		case op < 6:
+			sid := uint16(rnd.IntN(5))
+			keys := make([]Key, 1+rnd.IntN(20))
+			for i := range keys {
+				keys[i] = key()
+			}
+			p.settle(sid, keys, now+ttl)
+			for _, k := range keys {
+				if exp, ok := model[pk{k, sid}]; ok {
+					model[pk{k, sid}] = min(exp, now+ttl)
 				}
 			}
 		case op < 8:

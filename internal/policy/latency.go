@@ -21,6 +21,8 @@ type LatencyModel struct {
 	a, b          float64
 	p00, p01, p11 float64
 	n             int
+	// scale brings x to O(1) inside the RLS update (see xScale).
+	scale float64
 }
 
 // Priors used before an endpoint has been observed and no other endpoint has either. They only
@@ -28,6 +30,11 @@ type LatencyModel struct {
 const (
 	priorIntercept = 0.05        // seconds
 	priorSlope     = 1.0 / 10000 // seconds per token: 10K tokens/s prefill
+	// Decode priors: a 20 ms step, each active stream adding 0.2 ms. Only where the first
+	// observations of an endpoint start from; the policy uses no decode cost before some
+	// endpoint is calibrated.
+	priorITL      = 0.02
+	priorITLSlope = 0.0002
 	// forgetting weights the last ~1/(1-λ) ≈ 50 observations.
 	forgetting = 0.98
 	// minSlope keeps the model monotone: more queued work never predicts a faster answer, even
@@ -38,19 +45,33 @@ const (
 	// xScale brings token counts to O(1) inside the RLS update so that the covariance stays well
 	// conditioned for prompts from 10 to 1M tokens.
 	xScale = 1.0 / 10000
+	// streamScale does the same for stream counts (1 to a few hundred) in the decode model.
+	streamScale = 1.0 / 100
 )
 
 // NewLatencyModel returns a model that starts from the given intercept (seconds) and slope
 // (seconds per token).
 func NewLatencyModel(intercept, slope float64) *LatencyModel {
-	m := &LatencyModel{}
+	return newLine(intercept, slope, xScale)
+}
+
+// NewDecodeModel returns a model of inter-token latency (seconds) as a line in the endpoint's
+// active streams, starting from the given intercept (seconds) and slope (seconds per stream).
+// It is the same online fit as the TTFT model, over another variable: a decode step reads every
+// active stream's KV cache, so each stream on an engine slows every other one's tokens.
+func NewDecodeModel(intercept, slope float64) *LatencyModel {
+	return newLine(intercept, slope, streamScale)
+}
+
+func newLine(intercept, slope, scale float64) *LatencyModel {
+	m := &LatencyModel{scale: scale}
 	m.reset(intercept, slope)
 	return m
 }
 
 func (m *LatencyModel) reset(intercept, slope float64) {
 	m.a = intercept
-	m.b = slope / xScale
+	m.b = slope / m.scale
 	// Large initial covariance: the priors give way after a handful of observations.
 	m.p00, m.p01, m.p11 = 10, 0, 10
 	m.n = 0
@@ -63,7 +84,7 @@ func (m *LatencyModel) Observe(x, ttft float64) {
 	if !(x >= 0) || !(ttft >= 0) || math.IsInf(x, 0) || math.IsInf(ttft, 0) {
 		return
 	}
-	xs := x * xScale
+	xs := x * m.scale
 	// phi = (1, xs). Standard RLS update with forgetting factor λ.
 	pphi0 := m.p00 + m.p01*xs
 	pphi1 := m.p01 + m.p11*xs
@@ -86,8 +107,8 @@ func (m *LatencyModel) Observe(x, ttft float64) {
 		m.p01 *= s
 		m.p11 *= s
 	}
-	if m.b < minSlope/xScale {
-		m.b = minSlope / xScale
+	if m.b < minSlope/m.scale {
+		m.b = minSlope / m.scale
 	}
 	if m.a < 0 {
 		m.a = 0
@@ -95,16 +116,17 @@ func (m *LatencyModel) Observe(x, ttft float64) {
 	m.n++
 }
 
-// Predict returns the expected TTFT in seconds for x tokens of prefill work.
+// Predict returns the expected latency in seconds at x (tokens of prefill work for a TTFT model,
+// active streams for a decode model).
 func (m *LatencyModel) Predict(x float64) float64 {
 	if x < 0 {
 		x = 0
 	}
-	return m.a + m.b*x*xScale
+	return m.a + m.b*x*m.scale
 }
 
-// Params returns the fitted intercept (seconds) and slope (seconds per token).
-func (m *LatencyModel) Params() (intercept, slope float64) { return m.a, m.b * xScale }
+// Params returns the fitted intercept (seconds) and slope (seconds per token, or per stream).
+func (m *LatencyModel) Params() (intercept, slope float64) { return m.a, m.b * m.scale }
 
 // Observations is the number of TTFTs the model has seen.
 func (m *LatencyModel) Observations() int { return m.n }

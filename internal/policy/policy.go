@@ -75,7 +75,9 @@ type Config struct {
 	MaxInFlight int
 	// SaturationFactor: the prefix holder is saturated when its predicted TTFT for this request
 	// exceeds this multiple of the best alternative's (which includes the recompute there) and
-	// the time saved outweighs what the recompute costs the alternative's streams. Default 1.5.
+	// the time saved outweighs what the recompute costs the alternative's streams; or (Auto)
+	// when the request costs the fleet this multiple more there, decode included (see
+	// saturated). Default 1.5.
 	SaturationFactor float64
 	// TargetTTFT (seconds), optional: a holder predicted above it is released whenever another
 	// endpoint predicts better, even by less than SaturationFactor and whatever the recompute
@@ -91,6 +93,11 @@ type Config struct {
 	// has not caught up yet; and under Auto a holder past KVPressure is released when it is
 	// over that cap. Default 0.25.
 	LoadBound float64
+	// PlacementLoadBound is the same bound for placing a new prefix: it goes to no endpoint
+	// whose active streams, with it, exceed (1+ε) × the fleet's mean (unless every endpoint
+	// does). Tighter than LoadBound (default 0.1) because a new prefix draws traffic for as long
+	// as it lives, and prefixes are not moved once the requests that follow them are many.
+	PlacementLoadBound float64
 	// KVPressure: the KV-cache usage (scraped, 0..1) above which an endpoint's decode load
 	// costs other requests (new streams queue for memory or preempt running ones). Auto
 	// releases a holder over the bounded-load cap on streams only when it is under this
@@ -134,6 +141,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LoadBound <= 0 {
 		c.LoadBound = 0.25
+	}
+	if c.PlacementLoadBound <= 0 {
+		c.PlacementLoadBound = 0.1
 	}
 	if c.KVPressure <= 0 {
 		c.KVPressure = 0.85
@@ -235,9 +245,18 @@ type Policy struct {
 	cfg    Config
 	rr     uint64
 	models map[string]*LatencyModel
+	// decode holds one inter-token latency model per endpoint (ObserveITL).
+	decode map[string]*LatencyModel
+	// placed counts the new prefixes recently placed on each endpoint (see place and
+	// notePlacement).
+	placed map[string]float64
 	// scratch buffers, reused across calls to keep Pick allocation-light.
 	scores []candidate
 }
+
+// placementMemory is how many new-prefix placements per endpoint the placement counts remember:
+// each placement decays every count by 1/(placementMemory × endpoints).
+const placementMemory = 64
 
 type candidate struct {
 	idx       int
@@ -249,11 +268,13 @@ type candidate struct {
 	kvUsage   float64
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
+	placed    float64 // new prefixes recently placed here
 }
 
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
-	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel)}
+	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel),
+		decode: make(map[string]*LatencyModel), placed: make(map[string]float64)}
 }
 
 // Config returns the effective configuration (defaults filled in).
@@ -271,19 +292,62 @@ func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float
 	m.Observe(float64(prefillWork), ttftSeconds)
 }
 
+// ObserveITL feeds the mean inter-token latency (seconds) of a finished stream on endpoint, with
+// the endpoint's active streams (this router's and others') while it decoded.
+func (p *Policy) ObserveITL(endpoint string, streams, itlSeconds float64) {
+	m := p.decode[endpoint]
+	if m == nil {
+		a, b, ok := medianFit(p.decode, endpoint)
+		if !ok {
+			a, b = priorITL, priorITLSlope
+		}
+		m = NewDecodeModel(a, b)
+		p.decode[endpoint] = m
+	}
+	m.Observe(streams, itlSeconds)
+}
+
+// DecodeModel returns the inter-token latency model of an endpoint, or nil if it has never been
+// observed.
+func (p *Policy) DecodeModel(endpoint string) *LatencyModel { return p.decode[endpoint] }
+
+// decodeFit is an endpoint's inter-token latency line: its own once calibrated, else the median
+// of the calibrated endpoints'. ok is false while no endpoint is calibrated (no stream has been
+// timed: the decode cost is unknown and the policy does not guess it).
+func (p *Policy) decodeFit(endpoint string) (intercept, slope float64, ok bool) {
+	if m := p.decode[endpoint]; m != nil && m.Calibrated() {
+		a, b := m.Params()
+		return a, b, true
+	}
+	return medianFit(p.decode, endpoint)
+}
+
 // Model returns the latency model of an endpoint, or nil if it has never been observed.
 func (p *Policy) Model(endpoint string) *LatencyModel { return p.models[endpoint] }
 
-// Forget drops an endpoint's latency model (it left the fleet; a namesake that comes back is a
-// new engine).
-func (p *Policy) Forget(endpoint string) { delete(p.models, endpoint) }
+// Forget drops what the policy learnt of an endpoint (it left the fleet; a namesake that comes
+// back is a new engine).
+func (p *Policy) Forget(endpoint string) {
+	delete(p.models, endpoint)
+	delete(p.decode, endpoint)
+	delete(p.placed, endpoint)
+}
 
 // fleetPrior is where a new endpoint's model starts: the median of the calibrated endpoints'
 // fits (so a fresh replica of the same hardware is neither feared nor flooded), or the static
 // priors when nothing is calibrated yet.
 func (p *Policy) fleetPrior(except string) (float64, float64) {
+	if a, b, ok := medianFit(p.models, except); ok {
+		return a, b
+	}
+	return priorIntercept, priorSlope
+}
+
+// medianFit is the median intercept and slope of the calibrated models other than except's; ok
+// is false when there is none.
+func medianFit(models map[string]*LatencyModel, except string) (intercept, slope float64, ok bool) {
 	var as, bs []float64
-	for name, m := range p.models {
+	for name, m := range models {
 		if name == except || !m.Calibrated() {
 			continue
 		}
@@ -292,9 +356,9 @@ func (p *Policy) fleetPrior(except string) (float64, float64) {
 		bs = append(bs, b)
 	}
 	if len(as) == 0 {
-		return priorIntercept, priorSlope
+		return 0, 0, false
 	}
-	return median(as), median(bs)
+	return median(as), median(bs), true
 }
 
 func median(v []float64) float64 {
@@ -320,6 +384,7 @@ func (p *Policy) predict(endpoint string, x int) float64 {
 // so that RoundRobin cycles predictably; the decision does not otherwise depend on the order.
 func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 	cfg := p.cfg
+	p.levelNewcomers(eps)
 	cands := p.scores[:0]
 	ready := 0
 	for i := range eps {
@@ -347,6 +412,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 			key = hashString(req.SessionKey)
 		}
 		c.tie = rendezvous(key, e.Name)
+		c.placed = p.placed[e.Name]
 		cands = append(cands, c)
 	}
 	p.scores = cands
@@ -401,12 +467,19 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		holder := p.holder(cands, req.PromptTokens)
 		switch {
 		case holder < 0:
-			chosen, reason = p.place(cands), ReasonLoad
+			// Only a tokenized prompt of at least one block starts a prefix that the index
+			// will let later requests follow; anything else keeps the plain order, whose
+			// tie-break (the session key) keeps a session on one endpoint.
+			spread := req.Tokenized && req.PromptTokens >= cfg.BlockSize
+			chosen, reason = p.place(cands, spread), ReasonLoad
+			if spread {
+				p.notePlacement(eps, cands[chosen].idx)
+			}
 		case cfg.Kind == PrefixOnly:
 			chosen, reason = holder, ReasonPrefix
 		default:
 			chosen, reason = holder, ReasonPrefix
-			if sat, alt := p.saturated(eps, cands, holder); sat {
+			if sat, alt := p.saturated(eps, cands, holder, p.expectedOutput(req)); sat {
 				chosen, reason = alt, ReasonSaturated
 			}
 		}
@@ -488,7 +561,7 @@ func (p *Policy) holder(cands []candidate, prompt int) int {
 
 // saturated reports whether staying on the holder costs more than moving, and if so where the
 // request goes instead (see releaseTarget). Staying recomputes nothing; moving recomputes the
-// prefix the holder has, on an engine whose other streams wait while it does. Two costs can
+// prefix the holder has, on an engine whose other streams wait while it does. Three costs can
 // outweigh that, for any request shape:
 //
 //   - time to first token: predicted TTFT already charges the alternative the whole prompt it
@@ -497,16 +570,20 @@ func (p *Policy) holder(cands []candidate, prompt int) int {
 //     the alternative's streams (recompute time × (1 + its active streams)). The second test is
 //     what keeps a long shared prefix on its holder when every engine is busy: moving then only
 //     trades one queue for another and pays the prefill twice;
+//   - (Auto only) decode load, once some stream has been timed (ObserveITL): each stream on an
+//     engine slows every other one's tokens, so the request is priced at what it costs everyone
+//     (fleetCost) on the holder and on the alternative, and the holder is released when it
+//     costs SaturationFactor × more. The factor is what keeps a burst of siblings together: by
+//     the cost alone, at low load, spreading siblings saves a little latency for a lot of
+//     recompute (a margin of 1.05 dropped the siblings workload's hit rate from 87 % to 67 %;
+//     docs/benchmarks.md);
 //   - (Auto only) decode load under memory pressure: a holder over the bounded-load cap on
 //     active streams ((1+LoadBound) × the fleet mean) while its KV cache is past KVPressure
-//     makes every new stream wait for memory or preempt another, a cost the TTFT model sees
-//     only after the fact. Without the pressure extra streams batch cheaply, so stream counts
-//     alone never release a holder (a burst of siblings stays together). What this leaves
-//     unpriced is the inter-token latency a big decode batch costs (the policy sees no ITL),
-//     measurable when one prefix carries half the traffic (docs/benchmarks.md, hot-prefix).
+//     makes every new stream wait for memory or preempt another, a cost neither model sees
+//     until after the fact.
 //
 // DecodeBound keeps the plain stream-count rule (see Config.DecodeSlack) for A/B comparison.
-func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder int) (bool, int) {
+func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int) (bool, int) {
 	h := &cands[holder]
 	if p.cfg.Kind == DecodeBound {
 		fewest := h.streams
@@ -538,11 +615,41 @@ func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder int) (bool,
 			return true, alt
 		}
 	}
+	if p.cfg.Kind == Auto && a.streams < h.streams {
+		ch, okH := p.fleetCost(eps[h.idx].Name, h, out)
+		ca, okA := p.fleetCost(eps[a.idx].Name, a, out)
+		if okH && okA && ch > ca*p.cfg.SaturationFactor {
+			return true, alt
+		}
+	}
 	if p.cfg.Kind == Auto && h.kvUsage >= p.cfg.KVPressure && a.streams < h.streams &&
 		float64(h.streams+1) > p.streamBound(cands, 1+p.cfg.LoadBound) {
 		return true, alt
 	}
 	return false, -1
+}
+
+// fleetCost is what serving the request on an endpoint costs everyone, in request-seconds: its
+// own time to first token and decode (out tokens at the endpoint's inter-token latency with one
+// more stream), plus what it costs the streams already there, whose every step it slows by the
+// decode model's per-stream slope and whose tokens wait while its uncached prompt is computed.
+// ok is false while no decode model is calibrated.
+func (p *Policy) fleetCost(name string, c *candidate, out int) (float64, bool) {
+	d0, d1, ok := p.decodeFit(name)
+	if !ok {
+		return 0, false
+	}
+	s, n := float64(c.streams), float64(out)
+	prefill := p.slope(name) * float64(c.uncached)
+	return c.ttft + n*(d0+d1*(s+1)) + s*(prefill+n*d1), true
+}
+
+// expectedOutput is the output length a request is priced at.
+func (p *Policy) expectedOutput(req Request) int {
+	if req.MaxTokens > 0 {
+		return req.MaxTokens
+	}
+	return p.cfg.DefaultMaxTokens
 }
 
 // releaseTarget is where a released request would go: the lowest predicted TTFT (which charges
@@ -595,10 +702,20 @@ func (p *Policy) streamBound(cands []candidate, factor float64) float64 {
 // PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
 // following) starts a prefix that later requests will follow, so it is placed for the traffic
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
-// SaturationFactor of the best, the one with the fewest active streams (decode load), then the
-// lower TTFT, then the lower KV usage, then the rendezvous hash. Placing by prefill queue alone
-// makes an engine busy decoding with a full cache look idle, and new prefixes pile onto it.
-func (p *Policy) place(cands []candidate) int {
+// SaturationFactor of the best and within the bounded-load cap on streams (PlacementLoadBound),
+// the one that was given the fewest new prefixes lately (when spread is set), then the fewest
+// active streams (decode load), then the lower TTFT, then the lower KV usage, then the rendezvous
+// hash.
+//
+// Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
+// engine holding the fewest recent prefixes is the one whose future load is expected lowest.
+// Streams measure only the present, and early in a burst of new prefixes they are noise: on
+// shared-prefix at 60 QPS, placing by streams first left 18 to 21 of the 150 groups per engine
+// and made 12,917 output tok/s; by placements, 14,101 (docs/benchmarks.md). The cap is what
+// still answers the present: prefixes differ in popularity, and an engine whose prefixes drew
+// more than their share takes no new one. Placing by prefill queue alone makes an engine busy
+// decoding with a full cache look idle.
+func (p *Policy) place(cands []candidate, spread bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
 	}
@@ -607,23 +724,30 @@ func (p *Policy) place(cands []candidate) int {
 		best = math.Min(best, cands[i].loadScore)
 	}
 	ttftCap := p.cfg.SaturationFactor*best + 1e-12
+	bound := p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
 	chosen := -1
-	for i := range cands {
-		c := &cands[i]
-		if c.loadScore > ttftCap {
-			continue
-		}
-		if chosen < 0 || c.better(&cands[chosen]) {
-			chosen = i
+	for pass := 0; pass < 2 && chosen < 0; pass++ {
+		for i := range cands {
+			c := &cands[i]
+			// The first pass keeps to the bounded-load cap; the second, reached only when
+			// every endpoint within the TTFT cap is over it, ignores it.
+			if c.loadScore > ttftCap || (pass == 0 && float64(c.streams+1) > bound) {
+				continue
+			}
+			if chosen < 0 || c.better(&cands[chosen], spread) {
+				chosen = i
+			}
 		}
 	}
 	return chosen
 }
 
-// better orders cold-placement candidates: fewer streams, lower TTFT, lower KV usage, higher
-// rendezvous hash.
-func (c *candidate) better(b *candidate) bool {
+// better orders cold-placement candidates: fewer recent placements (when spread), then fewer
+// streams, lower TTFT, lower KV usage, higher rendezvous hash.
+func (c *candidate) better(b *candidate, spread bool) bool {
 	switch {
+	case spread && c.placed != b.placed:
+		return c.placed < b.placed
 	case c.streams != b.streams:
 		return c.streams < b.streams
 	case c.loadScore != b.loadScore:
@@ -632,6 +756,41 @@ func (c *candidate) better(b *candidate) bool {
 		return c.kvUsage < b.kvUsage
 	}
 	return c.tie > b.tie
+}
+
+// notePlacement counts a new prefix placed on eps[idx], and ages every count so that the counts
+// describe about the last placementMemory placements per endpoint.
+func (p *Policy) notePlacement(eps []Endpoint, idx int) {
+	keep := 1 - 1/float64(placementMemory*max(1, len(eps)))
+	for n, v := range p.placed {
+		p.placed[n] = v * keep
+	}
+	p.placed[eps[idx].Name]++
+}
+
+// levelNewcomers gives an endpoint seen for the first time the placement count of the least
+// placed one: a replica added to the fleet takes its share of new prefixes, not every new prefix
+// until it has caught up with engines that have served for hours.
+func (p *Policy) levelNewcomers(eps []Endpoint) {
+	least, missing := math.Inf(1), false
+	for i := range eps {
+		if v, ok := p.placed[eps[i].Name]; ok {
+			least = math.Min(least, v)
+		} else if eps[i].Ready {
+			missing = true
+		}
+	}
+	if !missing {
+		return
+	}
+	if math.IsInf(least, 1) {
+		least = 0
+	}
+	for i := range eps {
+		if _, ok := p.placed[eps[i].Name]; !ok && eps[i].Ready {
+			p.placed[eps[i].Name] = least
+		}
+	}
 }
 
 // lowestCost returns the candidate with the lowest load score; near-ties (within TieTolerance)

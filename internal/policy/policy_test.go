@@ -541,3 +541,153 @@ func TestColdPlacementCountsDecodeLoad(t *testing.T) {
 		t.Fatalf("Auto placed a new prefix behind a 40K-token prefill queue: %+v", d)
 	}
 }
+
+// New prefixes are spread by how many each endpoint was given lately, not by the streams of the
+// moment: an endpoint that drew a few more requests early (within the bounded-load cap) is not
+// therefore handed fewer prefixes (their traffic is what is unknown). A replica that joins later starts level with the
+// least placed, so it takes its share of new prefixes, not all of them.
+func TestNewPrefixesSpreadByRecentPlacements(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	eps := fleet(4)
+	count := map[string]int{}
+	for i := 0; i < 40; i++ {
+		r := prefillReq(7200)
+		r.TieBreak = uint64(i)
+		d := p.Pick(r, eps)
+		if d.Reason != ReasonLoad {
+			t.Fatalf("cold request %d: %+v", i, d)
+		}
+		count[d.Endpoint]++
+		// The endpoint that just took a prefix draws more streams than the others.
+		for j := range eps {
+			if eps[j].Name == d.Endpoint {
+				eps[j].Load.InFlight += 1 + i%3
+			}
+		}
+	}
+	for _, e := range eps {
+		if count[e.Name] != 10 {
+			t.Fatalf("prefixes per endpoint %v, want 10 each", count)
+		}
+	}
+	// A newcomer takes one prefix in five, not the next forty (streams level: on streams alone,
+	// an idle newcomer would take them all, below the bounded-load cap).
+	eps = append(eps, Endpoint{Name: "new", Ready: true})
+	for j := range eps {
+		eps[j].Load.InFlight = 20
+	}
+	got := 0
+	for i := 0; i < 10; i++ {
+		r := prefillReq(7200)
+		r.TieBreak = uint64(100 + i)
+		if p.Pick(r, eps).Endpoint == "new" {
+			got++
+		}
+	}
+	if got < 1 || got > 3 {
+		t.Fatalf("newcomer took %d of 10 new prefixes, want about 2", got)
+	}
+	// A prompt shorter than a block starts no prefix anyone could follow: it is not spread, and
+	// its session key keeps it on one endpoint whatever the placement counts say.
+	r := prefillReq(10)
+	r.SessionKey = "user-1"
+	first := p.Pick(r, eps).Endpoint
+	for i := 0; i < 5; i++ {
+		if got := p.Pick(r, eps).Endpoint; got != first {
+			t.Fatalf("session moved from %s to %s", first, got)
+		}
+	}
+}
+
+// calibrateDecode feeds every endpoint of eps the same inter-token latency line.
+func calibrateDecode(p *Policy, eps []Endpoint, d0, d1 float64) {
+	for _, e := range eps {
+		for s := 1; s <= 20; s++ {
+			p.ObserveITL(e.Name, float64(s*10), d0+d1*float64(s*10))
+		}
+	}
+}
+
+// Once streams have been timed, a holder is released when the decode load it carries costs
+// more than the recompute elsewhere: every stream on an engine slows every other one's tokens.
+// A long prefix stays while the alternative has streams its recompute would stall; nothing is
+// released on decode grounds before any stream was timed.
+func TestReleaseOnDecodeCost(t *testing.T) {
+	eps := fleet(2)
+	eps[0].Cached.GPU = 3968
+	eps[0].Load = Load{InFlight: 60}
+	req := Request{PromptTokens: 4000, Tokenized: true, MaxTokens: 500}
+	if d := New(Config{Kind: Auto}).Pick(req, eps); d.Endpoint != "e0" {
+		t.Fatalf("released on decode load before any stream was timed: %+v", d)
+	}
+	p := New(Config{Kind: Auto})
+	calibrateDecode(p, eps[:1], 0.014, 0.000375) // e1 borrows the fleet's fit
+	if m := p.DecodeModel("e0"); m == nil || !m.Calibrated() {
+		t.Fatal("decode model not calibrated")
+	}
+	// Holder: 500 tokens at 14 + 0.375 × 61 ms, and it slows 60 streams by 0.375 ms a token:
+	// ~29 request-seconds. Empty e1: 0.4 s of recompute and 500 tokens at 14.4 ms: ~7.6.
+	d := p.Pick(req, eps)
+	if d.Endpoint != "e1" || d.Reason != ReasonSaturated {
+		t.Fatalf("holder with 60 streams kept against an idle endpoint: %+v", d)
+	}
+	// The alternative decodes 40 streams: the 4,000-token recompute stalls each of them.
+	eps[1].Load = Load{InFlight: 40}
+	if d := p.Pick(req, eps); d.Endpoint != "e0" || d.Reason != ReasonPrefix {
+		t.Fatalf("released onto 40 streams for 1.5× fewer: %+v", d)
+	}
+	// PrefillBound prices prefill only.
+	eps[1].Load = Load{}
+	q := New(Config{Kind: PrefillBound})
+	calibrateDecode(q, eps, 0.014, 0.000375)
+	if d := q.Pick(req, eps); d.Endpoint != "e0" {
+		t.Fatalf("PrefillBound released on decode cost: %+v", d)
+	}
+}
+
+func TestDecodeModelFitsTheLine(t *testing.T) {
+	m := NewDecodeModel(priorITL, priorITLSlope)
+	for i := 0; i < 200; i++ {
+		s := float64(i % 150)
+		m.Observe(s, 0.012+0.0004*s)
+	}
+	a, b := m.Params()
+	if math.Abs(a-0.012) > 0.001 || math.Abs(b-0.0004) > 0.00002 {
+		t.Fatalf("fit a=%.4f b=%.6f, want 0.012 and 0.0004", a, b)
+	}
+}
+
+// A new prefix goes to no endpoint whose streams would exceed (1+PlacementLoadBound) × the mean,
+// however few prefixes it was given: its prefixes drew more than their share.
+func TestNewPrefixRespectsPlacementLoadBound(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	eps := fleet(4)
+	for i := range eps {
+		eps[i].Load.InFlight = 10
+		p.placed[eps[i].Name] = 2
+	}
+	// e1 was given the fewest prefixes, but they drew more than their share: 14 streams, cap
+	// ⌈1.1 × 45/4⌉ = 13.
+	eps[1].Load.InFlight = 14
+	p.placed["e1"] = 0
+	for i := 0; i < 3; i++ {
+		r := prefillReq(7200)
+		r.TieBreak = uint64(50 + i)
+		if d := p.Pick(r, eps); d.Endpoint == "e1" || d.Reason != ReasonLoad {
+			t.Fatalf("new prefix placed on an endpoint over the cap: %+v", d)
+		}
+	}
+	// Within the cap, the least placed wins.
+	eps[1].Load.InFlight = 11
+	if d := p.Pick(prefillReq(7200), eps); d.Endpoint != "e1" {
+		t.Fatalf("least placed endpoint within the cap passed over: %+v", d)
+	}
+	// The only endpoint within the TTFT cap is over the stream cap (the other has a 1M-token
+	// prefill queue): the stream cap gives way.
+	two := fleet(2)
+	two[0].Load.InFlight = 30
+	two[1].Load.QueuedPrefillTokens = 1000000
+	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), two); d.Endpoint != "e0" {
+		t.Fatalf("want e0 when every endpoint within the TTFT cap is over the stream cap: %+v", d)
+	}
+}

@@ -59,18 +59,22 @@ func (x *exchange) run(t *table, d policy.Decision) {
 			return
 		}
 		rt := &t.routes[i]
+		var predicted []kvindex.Key
 		if len(x.keys) > 0 {
-			// Predicted residency covers the events' lag, so a burst of siblings follows this
-			// one instead of spreading before the engine reports the blocks. The prefix the
-			// lookup just found confirmed there needs no prediction (the index would skip it
-			// anyway, at the cost of a probe per block: ~0.5 ms for a 90K-token cached prefix).
+			// Predicted residency covers the time until the engine reports the blocks (its
+			// queue, then the events' lag), so a burst of siblings, or the next request of a
+			// prefix while the first still waits in a busy engine's queue, follows this one
+			// instead of starting a second copy elsewhere. The prefix the lookup just found
+			// confirmed there needs no prediction (the index would skip it anyway, at the cost
+			// of a probe per block: ~0.5 ms for a 90K-token cached prefix).
 			held := 0
 			if i < len(x.gpuHeld) {
 				held = min(x.gpuHeld[i], len(x.keys))
 			}
-			s.index.PredictKeys(rt.src, x.keys[held:])
+			predicted = x.keys[held:]
+			s.index.PredictPendingKeys(rt.src, predicted)
 		}
-		retry := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work)
+		retry := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work, predicted)
 		if !retry {
 			return
 		}
@@ -101,10 +105,17 @@ func (x *exchange) run(t *table, d policy.Decision) {
 
 // attempt performs one upstream exchange. It returns true when the engine could not be reached
 // and nothing was written to the client (the caller may retry elsewhere).
-func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retry bool) {
+func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predicted []kvindex.Key) (retry bool) {
 	s := x.s
 	// Released on every way out, the aborted-connection panic included.
 	defer ticket.Done()
+	settle := func() {
+		if predicted != nil {
+			s.index.SettleKeys(rt.src, predicted)
+			predicted = nil
+		}
+	}
+	defer settle()
 	ctx, cancel := context.WithCancel(x.r.Context())
 	defer cancel()
 	// A plain reader (not *bytes.Reader, which NewRequest would snapshot for GetBody) lets the
@@ -152,14 +163,23 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retr
 	defer idle.Stop()
 	buf := make([]byte, 16<<10)
 	gotFirst := false
+	timed := x.stream && resp.StatusCode == http.StatusOK
+	var itl itlMeter
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			idle.Reset(s.cfg.StreamIdleTimeout)
+			if timed {
+				itl.add(buf[:n], s.now())
+			}
 			if !gotFirst {
 				gotFirst = true
 				ttft := s.now().Sub(sent)
 				ticket.FirstToken()
+				settle()
+				if timed {
+					itl.streams = s.endpointStreams(rt.name)
+				}
 				if resp.StatusCode == http.StatusOK {
 					s.metrics.ttft.Observe(ttft.Seconds())
 					// Only streams time the first token; a whole answer times the generation.
@@ -181,6 +201,12 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retr
 		}
 		if rerr == io.EOF {
 			s.metrics.requests.WithLabelValues(rt.name, strconv.Itoa(resp.StatusCode)).Inc()
+			if gap, ok := itl.mean(); ok {
+				streams := float64(itl.streams+s.endpointStreams(rt.name)) / 2
+				s.policyMu.Lock()
+				s.policy.ObserveITL(rt.name, streams, gap.Seconds())
+				s.policyMu.Unlock()
+			}
 			return false
 		}
 		if rerr != nil {
@@ -205,6 +231,43 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int) (retr
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// itlMeter times a relayed SSE stream: vLLM sends one event per generated token (more tokens per
+// event with --stream-interval, which this then reads as a longer gap), so the mean gap between
+// the first and last event is the stream's inter-token latency as its client saw it. Counting
+// event separators costs a byte scan of what is relayed anyway.
+type itlMeter struct {
+	events      int
+	first, last time.Time
+	prevNL      bool // the previous chunk ended with '\n' (a separator may straddle reads)
+	streams     int  // the endpoint's streams at the first event
+}
+
+func (m *itlMeter) add(b []byte, now time.Time) {
+	for i, c := range b {
+		if c != '\n' {
+			continue
+		}
+		if (i > 0 && b[i-1] == '\n') || (i == 0 && m.prevNL) {
+			if m.events == 0 {
+				m.first = now
+			}
+			m.events++
+			m.last = now
+		}
+	}
+	m.prevNL = len(b) > 0 && b[len(b)-1] == '\n'
+}
+
+// mean is the mean gap between token events; the last event ("data: [DONE]") carries no token.
+// ok is false for streams too short to time.
+func (m *itlMeter) mean() (time.Duration, bool) {
+	tokens := m.events - 1
+	if tokens < 3 || !m.last.After(m.first) {
+		return 0, false
+	}
+	return m.last.Sub(m.first) / time.Duration(tokens-1), true
 }
 
 func copyHeaders(dst, src http.Header) {

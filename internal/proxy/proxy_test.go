@@ -130,6 +130,7 @@ type fakeIndex struct {
 	mu        sync.Mutex
 	holds     map[string]int // endpoint → GPU blocks
 	predicted []kvindex.SourceID
+	settled   []kvindex.SourceID
 	removed   []string
 }
 
@@ -143,9 +144,14 @@ func (x *fakeIndex) AppendLookupKeys(out []kvindex.EndpointMatch, _ []kvindex.Ke
 	}
 	return out
 }
-func (x *fakeIndex) PredictKeys(src kvindex.SourceID, _ []kvindex.Key) {
+func (x *fakeIndex) PredictPendingKeys(src kvindex.SourceID, _ []kvindex.Key) {
 	x.mu.Lock()
 	x.predicted = append(x.predicted, src)
+	x.mu.Unlock()
+}
+func (x *fakeIndex) SettleKeys(src kvindex.SourceID, _ []kvindex.Key) {
+	x.mu.Lock()
+	x.settled = append(x.settled, src)
 	x.mu.Unlock()
 }
 func (x *fakeIndex) RemoveEndpoint(ep string) {
@@ -325,9 +331,16 @@ func TestStreamingFlushesEachChunk(t *testing.T) {
 	if !strings.Contains(string(rest), "[DONE]") || !strings.Contains(string(rest), "t2") {
 		t.Fatalf("rest %q", rest)
 	}
-	// A stream's first chunk feeds the latency model.
+	// A stream's first chunk feeds the latency model, its gaps the decode model.
 	if m := h.srv.policy.Model("e0"); m == nil || m.Observations() != 1 {
 		t.Fatal("TTFT not observed")
+	}
+	m := h.srv.policy.DecodeModel("e0")
+	if m == nil || m.Observations() != 1 {
+		t.Fatal("inter-token latency not observed")
+	}
+	if eps := h.srv.Status().Endpoints; len(eps) != 1 || eps[0].ITLModel == nil || eps[0].ITLModel.Observations != 1 {
+		t.Fatalf("status does not show the decode model: %+v", eps)
 	}
 }
 
@@ -455,6 +468,12 @@ func TestRoutesToPrefixHolderAndPredicts(t *testing.T) {
 	if len(idx.predicted) != 5 || idx.predicted[0].Endpoint != "e1" {
 		t.Fatalf("predictions %+v", idx.predicted)
 	}
+	// Each prediction is settled once its request has started.
+	waitFor(t, "predictions settled", func() bool {
+		idx.mu.Lock()
+		defer idx.mu.Unlock()
+		return len(idx.settled) == 5 && idx.settled[4].Endpoint == "e1"
+	})
 	st := h.srv.Status()
 	if st.Router.Decisions["prefix"] != 5 || st.Router.RoutedHitRate <= 0.5 {
 		t.Fatalf("router %+v", st.Router)

@@ -30,7 +30,10 @@ type Index interface {
 	// The request path computes a request's content keys once (kvindex.RequestKeys) and uses
 	// them for the lookup and for the prediction: hashing a 100K-token prompt twice is waste.
 	AppendLookupKeys(dst []kvindex.EndpointMatch, keys []kvindex.Key) []kvindex.EndpointMatch
-	PredictKeys(src kvindex.SourceID, keys []kvindex.Key)
+	// A dispatched request's blocks are predicted on its endpoint until it starts there (its
+	// first byte comes back) or ends, then settled: see kvindex.PredictPendingKeys.
+	PredictPendingKeys(src kvindex.SourceID, keys []kvindex.Key)
+	SettleKeys(src kvindex.SourceID, keys []kvindex.Key)
 	RemoveEndpoint(endpoint string)
 	Stats() kvindex.Stats
 }
@@ -277,6 +280,12 @@ func (s *Server) readiness(r *route, failStreak int, now time.Time) (bool, strin
 }
 
 // markDown keeps an engine that refused a connection out of routing for DownFor.
+// streams is an endpoint's requests in flight: this router's and, from the last scrape, others'.
+func (s *Server) endpointStreams(endpoint string) int {
+	st := s.tracker.Stats(endpoint)
+	return st.InFlight + st.RemoteInFlight
+}
+
 func (s *Server) markDown(engine string) {
 	s.healthMu.Lock()
 	s.downUntil[engine] = s.now().Add(s.cfg.DownFor)

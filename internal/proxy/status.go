@@ -144,6 +144,11 @@ func (s *Server) Status() routerapi.Status {
 			e.TTFTModel = &routerapi.TTFTModel{InterceptSeconds: a, SecondsPerToken: b,
 				Observations: m.Observations(), Calibrated: m.Calibrated()}
 		}
+		if m := s.policy.DecodeModel(rt.name); m != nil {
+			a, b := m.Params()
+			e.ITLModel = &routerapi.ITLModel{InterceptSeconds: a, SecondsPerStream: b,
+				Observations: m.Observations(), Calibrated: m.Calibrated()}
+		}
 		s.policyMu.Unlock()
 		if rt.ep.KVEvents != "" && sources != nil {
 			for _, ss := range sources[rt.ep.Name] {

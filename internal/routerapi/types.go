@@ -42,6 +42,9 @@ type Endpoint struct {
 	Engine *EngineMetrics `json:"engine,omitempty"`
 	// TTFTModel is the router's fitted latency model for this endpoint.
 	TTFTModel *TTFTModel `json:"ttftModel,omitempty"`
+	// ITLModel is the router's fitted inter-token latency model for this endpoint (absent until
+	// a stream through it has been timed).
+	ITLModel *ITLModel `json:"itlModel,omitempty"`
 	// Events is the health of the endpoint's KV-event stream(s); absent when the endpoint
 	// publishes no events.
 	Events *EventHealth `json:"events,omitempty"`
@@ -75,6 +78,14 @@ type EngineMetrics struct {
 type TTFTModel struct {
 	InterceptSeconds float64 `json:"interceptSeconds"`
 	SecondsPerToken  float64 `json:"secondsPerToken"`
+	Observations     int     `json:"observations"`
+	Calibrated       bool    `json:"calibrated"`
+}
+
+// ITLModel is the online fit inter-token latency ≈ intercept + slope × active streams.
+type ITLModel struct {
+	InterceptSeconds float64 `json:"interceptSeconds"`
+	SecondsPerStream float64 `json:"secondsPerStream"`
 	Observations     int     `json:"observations"`
 	Calibrated       bool    `json:"calibrated"`
 }

@@ -23,6 +23,7 @@ type kvrouter struct {
 	last    policy.Decision
 	reasons map[string]float64
 	seq     uint64
+	now     func() float64
 }
 
 // Stats reports how often each decision reason and request shape came up, which is what explains
@@ -32,6 +33,10 @@ func (p *kvrouter) Stats() map[string]float64 { return p.reasons }
 type kvrDispatch struct {
 	ticket *loadsignal.Ticket
 	work   int
+	keys   []kvindex.Key // predicted for the endpoint until settled
+	// first token: when, and the endpoint's streams then (for the decode model)
+	firstAt      float64
+	firstStreams int
 }
 
 func kvrouterFactory(name, kind string, tune policy.Config) Factory {
@@ -43,7 +48,7 @@ func kvrouterFactory(name, kind string, tune policy.Config) Factory {
 			return &kvrouter{
 				pol: policy.New(cfg),
 				ix:  e.Events, load: loadsignal.NewTracker(), block: e.BlockSize,
-				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{},
+				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{}, now: e.Now,
 			}
 		},
 	}
@@ -92,23 +97,52 @@ func (p *kvrouter) Dispatched(r *Request, ep string) {
 		// The harness overrode the choice (it never does); account without a decision.
 		d = policy.Decision{Endpoint: ep, UncachedTokens: len(r.Tokens), PrefillWork: len(r.Tokens)}
 	}
+	var keys []kvindex.Key
 	if p.ix != nil {
-		p.ix.Predict(kvindex.SourceID{Endpoint: ep}, r.Tokens, kvindex.KeyParams{})
+		// As the router does: predicted until the request starts, then settled.
+		keys = kvindex.RequestKeys(nil, r.Tokens, p.block, kvindex.KeyParams{})
+		p.ix.PredictPendingKeys(kvindex.SourceID{Endpoint: ep}, keys)
 	}
 	out := r.MaxTokens
-	p.pending[r.ID] = &kvrDispatch{ticket: p.load.Dispatch(ep, d.UncachedTokens, len(r.Tokens)+out), work: d.PrefillWork}
+	p.pending[r.ID] = &kvrDispatch{ticket: p.load.Dispatch(ep, d.UncachedTokens, len(r.Tokens)+out), work: d.PrefillWork, keys: keys}
+}
+
+// settle ends a dispatched request's pending prediction (first token or end, whichever first).
+func (p *kvrouter) settle(d *kvrDispatch, ep string) {
+	if d.keys != nil {
+		p.ix.SettleKeys(kvindex.SourceID{Endpoint: ep}, d.keys)
+		d.keys = nil
+	}
 }
 
 func (p *kvrouter) FirstToken(r *Request, ep string, ttft float64) {
 	if d := p.pending[r.ID]; d != nil {
 		d.ticket.FirstToken()
+		p.settle(d, ep)
 		p.pol.ObserveTTFT(ep, d.work, ttft)
+		if d.firstAt == 0 { // a preempted request's recomputed first token does not restart its stream
+			d.firstAt, d.firstStreams = p.now(), p.streams(ep)
+		}
 	}
+}
+
+// streams is the endpoint's requests in flight as the router counts them.
+func (p *kvrouter) streams(ep string) int {
+	var l [1]policy.Load
+	p.load.Loads([]string{ep}, l[:], nil)
+	return l[0].InFlight + l[0].RemoteInFlight
 }
 
 func (p *kvrouter) Finished(r *Request, ep string) {
 	if d := p.pending[r.ID]; d != nil {
+		if r.Output > 1 && d.firstAt > 0 {
+			// The router times streams the same way: the mean gap between tokens, against the
+			// endpoint's streams averaged over the stream's first and last token.
+			itl := (p.now() - d.firstAt) / float64(r.Output-1)
+			p.pol.ObserveITL(ep, float64(d.firstStreams+p.streams(ep))/2, itl)
+		}
 		d.ticket.Done()
+		p.settle(d, ep)
 		delete(p.pending, r.ID)
 	}
 }

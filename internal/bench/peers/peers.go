@@ -35,6 +35,8 @@ type Request struct {
 	Tokens    []uint32
 	MaxTokens int
 	Session   string
+	// Output is the number of tokens generated, set by the harness before Finished.
+	Output int
 }
 
 // Env is what a policy may use besides the per-decision view.

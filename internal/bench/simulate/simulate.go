@@ -346,6 +346,7 @@ func (s *sim) publish(j int, res engine.StepResult) {
 		rec.CachedTokens = r.CachedTokens()
 		rec.Preemptions = r.Preemptions()
 		s.inflt[j]--
+		st.pr.Output = len(r.Output)
 		s.pol.Finished(&st.pr, e.name)
 		if st.children > 0 {
 			st.output = append([]uint32(nil), r.Output...)

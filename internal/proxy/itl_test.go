@@ -1,0 +1,27 @@
+package proxy
+
+import (
+	"testing"
+	"time"
+)
+
+// Token events are counted on SSE separators, including one split across two reads; the final
+// [DONE] event carries no token; streams too short to time report nothing.
+func TestITLMeter(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	var m itlMeter
+	m.add([]byte("data: {\"t\":0}\n\ndata: {\"t\":1}\n"), t0)
+	m.add([]byte("\ndata: {\"t\":2}\n\n"), t0.Add(40*time.Millisecond))
+	m.add([]byte("data: {\"t\":3}\n\n"), t0.Add(60*time.Millisecond))
+	m.add([]byte("data: [DONE]\n\n"), t0.Add(60*time.Millisecond))
+	gap, ok := m.mean()
+	// Five events, four tokens, three gaps over 60 ms.
+	if !ok || gap != 20*time.Millisecond {
+		t.Fatalf("mean gap %v ok=%v, want 20ms", gap, ok)
+	}
+	var short itlMeter
+	short.add([]byte("data: {\"t\":0}\n\ndata: [DONE]\n\n"), t0)
+	if _, ok := short.mean(); ok {
+		t.Fatal("a one-token stream was timed")
+	}
+}
