@@ -38,6 +38,8 @@ func runSimulate(args []string, log *slog.Logger) error {
 	fs.Float64Var(&tune.TargetTTFT, "kvrouter-target-ttft", 0, "set kvrouter's TargetTTFT in seconds (0: off)")
 	fs.Float64Var(&tune.LoadBound, "kvrouter-load-bound", 0, "override kvrouter's LoadBound (0: default)")
 	fs.Float64Var(&tune.KVPressure, "kvrouter-kv-pressure", 0, "override kvrouter's KVPressure (0: default)")
+	fs.Float64Var(&tune.MinPrefixShare, "kvrouter-min-prefix-share", 0, "override kvrouter's MinPrefixShare (0: default)")
+	fs.Float64Var(&tune.PlacementLoadBound, "kvrouter-placement-load-bound", 0, "override kvrouter's PlacementLoadBound (0: default)")
 	fs.Float64Var(&tune.TieTolerance, "kvrouter-tie-tolerance", 0, "override kvrouter's TieTolerance (0: default)")
 	if err := fs.Parse(args); err != nil {
 		return err

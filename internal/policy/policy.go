@@ -4,8 +4,9 @@
 // fallbacks and a reason. The router drives it for live traffic and kvbench drives the very same
 // code in virtual time, so a policy measured in simulation is the policy that ships.
 //
-// A Policy carries a little state of its own (the round-robin cursor and one online latency
-// model per endpoint, fed through ObserveTTFT). It is not safe for concurrent use: the owner
+// A Policy carries a little state of its own: the round-robin cursor, two online latency models
+// per endpoint (time to first token, fed through ObserveTTFT; inter-token latency, fed through
+// ObserveITL) and a decayed count of the new prefixes recently placed on each endpoint. It is not safe for concurrent use: the owner
 // serialises calls (the router holds a mutex around Pick; a Pick costs microseconds).
 package policy
 

@@ -240,24 +240,29 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 type itlMeter struct {
 	events      int
 	first, last time.Time
-	prevNL      bool // the previous chunk ended with '\n' (a separator may straddle reads)
+	nl          bool // the last byte seen, '\r' aside, ended a line (a separator may straddle reads)
 	streams     int  // the endpoint's streams at the first event
 }
 
+// add scans relayed bytes for event separators: a blank line, "\n\n" or "\r\n\r\n".
 func (m *itlMeter) add(b []byte, now time.Time) {
-	for i, c := range b {
-		if c != '\n' {
+	for _, c := range b {
+		switch c {
+		case '\r':
 			continue
-		}
-		if (i > 0 && b[i-1] == '\n') || (i == 0 && m.prevNL) {
+		case '\n':
+			if !m.nl {
+				m.nl = true
+				continue
+			}
 			if m.events == 0 {
 				m.first = now
 			}
 			m.events++
 			m.last = now
 		}
+		m.nl = false
 	}
-	m.prevNL = len(b) > 0 && b[len(b)-1] == '\n'
 }
 
 // mean is the mean gap between token events; the last event ("data: [DONE]") carries no token.

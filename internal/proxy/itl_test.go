@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Token events are counted on SSE separators, including one split across two reads; the final
-// [DONE] event carries no token; streams too short to time report nothing.
+// Token events are counted on SSE separators (LF or CRLF), including one split across two reads;
+// the final [DONE] event carries no token; streams too short to time report nothing.
 func TestITLMeter(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	var m itlMeter
@@ -18,6 +18,15 @@ func TestITLMeter(t *testing.T) {
 	// Five events, four tokens, three gaps over 60 ms.
 	if !ok || gap != 20*time.Millisecond {
 		t.Fatalf("mean gap %v ok=%v, want 20ms", gap, ok)
+	}
+	// CRLF separators count the same.
+	var crlf itlMeter
+	for i := 0; i < 4; i++ {
+		crlf.add([]byte("data: {}\r\n\r\n"), t0.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	crlf.add([]byte("data: [DONE]\r\n\r\n"), t0.Add(30*time.Millisecond))
+	if gap, ok := crlf.mean(); !ok || gap != 10*time.Millisecond {
+		t.Fatalf("CRLF stream: gap %v ok=%v, want 10ms", gap, ok)
 	}
 	var short itlMeter
 	short.add([]byte("data: {\"t\":0}\n\ndata: [DONE]\n\n"), t0)
