@@ -85,3 +85,36 @@ func TestScaleUpShare(t *testing.T) {
 		t.Fatalf("round-robin should give the new replica about its fair share: %v of %v", res.ScaledUpShare, res.ScaledUpFairShare)
 	}
 }
+
+// The scale-up workload end to end: 4 engines loaded with shared-prefix groups, 4 more added
+// half-way. Auto moves traffic onto the added engines once the original ones' decode batches
+// cost more than a recompute there (the decode model is fed by the streams the harness times);
+// PrefillBound, which prices prefill only, leaves them idle.
+func TestScaleUpGetsTrafficOnDecodeCost(t *testing.T) {
+	s, err := workload.LoadFile("../../../bench/workloads/scale-up.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := workload.Generate(s, 20, workload.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := map[string]float64{}
+	for _, name := range []string{"kvrouter", "kvrouter-prefill"} {
+		f, err := peers.Select([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(Config{Spec: s, Rate: 20, Requests: reqs, Policy: f[0], Seed: s.Seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed != 0 || res.ScaledUpShare == nil {
+			t.Fatalf("%s: %d failed, share %v", name, res.Failed, res.ScaledUpShare)
+		}
+		share[name] = *res.ScaledUpShare
+	}
+	if share["kvrouter"] < 0.35 || share["kvrouter-prefill"] >= share["kvrouter"] {
+		t.Fatalf("added engines' share: Auto %.2f, PrefillBound %.2f (fair 0.50)", share["kvrouter"], share["kvrouter-prefill"])
+	}
+}
