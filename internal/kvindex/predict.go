@@ -40,7 +40,7 @@ func (p *predictions) count() int { return p.n }
 func (p *predictions) home(k Key) uint64 { return uint64(k) & uint64(len(p.slots)-1) }
 
 // add records that sid will hold each of keys until now+ttl (a prediction already there keeps
-// the later expiry). At most max predictions are held (expired ones are swept first, and at least
+// the later expiry). At most limit predictions are held (expired ones are swept first, and at least
 // every sweepEvery); keys beyond that are not predicted.
 func (p *predictions) add(sid uint16, keys []Key, now, ttl, sweepEvery int64, limit int) {
 	if now >= p.nextSweep || p.n+len(keys) > limit {
