@@ -270,6 +270,7 @@ type candidate struct {
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
 	placed    float64 // new prefixes recently placed here
+	counted   bool    // placed is known (false: the endpoint is new to the policy)
 }
 
 // New returns a Policy for cfg.
@@ -385,8 +386,8 @@ func (p *Policy) predict(endpoint string, x int) float64 {
 // so that RoundRobin cycles predictably; the decision does not otherwise depend on the order.
 func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 	cfg := p.cfg
-	p.levelNewcomers(eps)
 	cands := p.scores[:0]
+	newcomers := false
 	ready := 0
 	for i := range eps {
 		e := &eps[i]
@@ -413,7 +414,8 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 			key = hashString(req.SessionKey)
 		}
 		c.tie = rendezvous(key, e.Name)
-		c.placed = p.placed[e.Name]
+		c.placed, c.counted = p.placed[e.Name]
+		newcomers = newcomers || !c.counted
 		cands = append(cands, c)
 	}
 	p.scores = cands
@@ -422,6 +424,9 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 	}
 	if len(cands) == 0 {
 		return Decision{Reason: ReasonAdmissionFull}
+	}
+	if newcomers {
+		p.levelNewcomers(eps, cands)
 	}
 
 	shape := p.shape(req, cands)
@@ -769,27 +774,23 @@ func (p *Policy) notePlacement(eps []Endpoint, idx int) {
 	p.placed[eps[idx].Name]++
 }
 
-// levelNewcomers gives an endpoint seen for the first time the placement count of the least
+// levelNewcomers gives a candidate seen for the first time the placement count of the least
 // placed one: a replica added to the fleet takes its share of new prefixes, not every new prefix
 // until it has caught up with engines that have served for hours.
-func (p *Policy) levelNewcomers(eps []Endpoint) {
-	least, missing := math.Inf(1), false
-	for i := range eps {
-		if v, ok := p.placed[eps[i].Name]; ok {
-			least = math.Min(least, v)
-		} else if eps[i].Ready {
-			missing = true
+func (p *Policy) levelNewcomers(eps []Endpoint, cands []candidate) {
+	least := math.Inf(1)
+	for i := range cands {
+		if cands[i].counted {
+			least = math.Min(least, cands[i].placed)
 		}
-	}
-	if !missing {
-		return
 	}
 	if math.IsInf(least, 1) {
 		least = 0
 	}
-	for i := range eps {
-		if _, ok := p.placed[eps[i].Name]; !ok && eps[i].Ready {
-			p.placed[eps[i].Name] = least
+	for i := range cands {
+		if c := &cands[i]; !c.counted {
+			c.placed, c.counted = least, true
+			p.placed[eps[c.idx].Name] = least
 		}
 	}
 }
