@@ -10,8 +10,19 @@ TOOLS := $(GO) tool -modfile=hack/tools/go.mod
 CONTROLLER_GEN := $(TOOLS) controller-gen
 KUSTOMIZE := $(TOOLS) kustomize
 GOTEST_FLAGS ?=
-# IMG overrides the operator (and router) image in `make deploy`; empty keeps config/manager's.
+# The images of `make deploy`, `make bundle` and `make docker-build`: the operator, the router and
+# the simulated engine (Dockerfile stages manager, router, vllm-sim). Empty keeps config/manager's.
 IMG ?=
+ROUTER_IMG ?=
+SIMULATOR_IMG ?=
+# `make bundle`: VERSION (semver) replaces the CSV base's spec.version; BUNDLE_IMG is the bundle image.
+VERSION ?=
+BUNDLE_IMG ?= ghcr.io/kvrouter/kvrouter-operator-bundle:v$(or $(VERSION),0.1.0)
+PLATFORMS ?= linux/amd64,linux/arm64
+# What `make docker-build` tags when IMG, ROUTER_IMG, SIMULATOR_IMG are empty: config/manager's images.
+RELEASE_IMAGES := manager=ghcr.io/kvrouter/manager:v0.1.0 router=ghcr.io/kvrouter/router:v0.1.0 vllm-sim=ghcr.io/kvrouter/vllm-sim:v0.1.0
+image-of = $(or $(2),$(patsubst $(1)=%,%,$(filter $(1)=%,$(RELEASE_IMAGES))))
+CONTAINER_TOOL ?= docker
 
 .PHONY: all
 all: build
@@ -42,8 +53,10 @@ docs: ## Regenerate docs/api.md from the API types.
 	$(GO) run ./hack/apidocs > docs/api.md
 
 .PHONY: verify
-verify: generate manifests docs ## Fail if generated files are stale.
-	git diff --exit-code -- api config docs/api.md
+verify: generate manifests docs bundle ## Fail if generated files are stale (changed, added or removed).
+	git diff --exit-code -- api config docs/api.md bundle bundle.Dockerfile
+	@if [[ -n "$$(git status --porcelain -- api config docs/api.md bundle bundle.Dockerfile)" ]]; then \
+		git status --short -- api config docs/api.md bundle bundle.Dockerfile; echo "generated files are not committed"; exit 1; fi
 
 ##@ Test
 
@@ -62,6 +75,13 @@ test-unit: ## Run the tests that need no control plane (envtest suites are named
 .PHONY: test-operator
 test-operator: envtest ## Run the operator's tests: the envtest suite (real kube-apiserver + Gateway API, KEDA, LWS CRDs) and the manager.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/controller/... ./cmd/manager/...
+
+SOAK ?= 10m
+CHURN ?= 60s
+
+.PHONY: soak
+soak: ## Long reliability run: the soak ($(SOAK) at 20 req/s) and endpoint churn ($(CHURN)) through the router (docs/reliability.md).
+	KVROUTER_SOAK=$(SOAK) KVROUTER_CHURN=$(CHURN) $(GO) test -count=1 -timeout 60m -v -run '^(TestSoak|TestEndpointChurn)$$' ./test/reliability
 
 .PHONY: kustomize-build
 kustomize-build: ## Render config/default (what `kubectl kustomize config/default` prints).
@@ -82,6 +102,34 @@ bench: ## Simulate every workload in bench/workloads through every policy (out/b
 	$(GO) build -o $(BIN)/ ./cmd/kvbench
 	$(BIN)/kvbench simulate --traces $(TRACES) --out $(BENCH_OUT) $(BENCH_WORKLOADS)
 
+##@ OLM bundle and images
+
+.PHONY: bundle
+bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/ (VERSION=x.y.z, IMG/ROUTER_IMG/SIMULATOR_IMG for a release).
+	@if [[ -z "$(IMG)$(ROUTER_IMG)$(SIMULATOR_IMG)" ]]; then \
+		$(GO) run ./hack/bundle -version "$(VERSION)"; \
+	else $(with-images) $(GO) run ./hack/bundle -config "$$cfg" -version "$(VERSION)"; fi
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image BUNDLE_IMG with docker (CONTAINER_TOOL=podman for podman); then push it.
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+.PHONY: image-check
+image-check: ## Build the binaries with the Dockerfile's build line and check they are static (test/images; no container engine needed).
+	KVROUTER_STATIC_BUILD=1 $(GO) test -count=1 ./test/images
+
+.PHONY: docker-build
+docker-build: ## Build the three images (Dockerfile stages manager, router, vllm-sim) for this machine's platform.
+	$(CONTAINER_TOOL) build --target manager -t $(call image-of,manager,$(IMG)) .
+	$(CONTAINER_TOOL) build --target router -t $(call image-of,router,$(ROUTER_IMG)) .
+	$(CONTAINER_TOOL) build --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the three images for PLATFORMS (default linux/amd64,linux/arm64) with docker buildx.
+	docker buildx build --push --platform $(PLATFORMS) --target manager -t $(call image-of,manager,$(IMG)) .
+	docker buildx build --push --platform $(PLATFORMS) --target router -t $(call image-of,router,$(ROUTER_IMG)) .
+	docker buildx build --push --platform $(PLATFORMS) --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
+
 ##@ Deploy
 
 .PHONY: install
@@ -89,15 +137,22 @@ install: ## Install the CRD into the cluster in your kubeconfig.
 	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
 
 .PHONY: deploy
-deploy: ## Deploy the operator into the cluster in your kubeconfig (IMG=repo:tag to choose the image).
+deploy: ## Deploy the operator into the cluster in your kubeconfig (IMG, ROUTER_IMG, SIMULATOR_IMG choose the images).
 	$(MAKE) -s deploy-manifests | kubectl apply --server-side -f -
 
 .PHONY: deploy-manifests
-deploy-manifests: ## Print what `make deploy` applies (IMG=repo:tag sets the operator and router image).
-	@$(GO) build -modfile=hack/tools/go.mod -o $(BIN)/kustomize sigs.k8s.io/kustomize/kustomize/v5
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r config "$$tmp/"; \
-	if [[ -n "$(IMG)" ]]; then (cd "$$tmp/config/manager" && $(BIN)/kustomize edit set image kvrouter=$(IMG)); fi; \
-	$(BIN)/kustomize build "$$tmp/config/default"
+deploy-manifests: ## Print what `make deploy` applies (IMG, ROUTER_IMG, SIMULATOR_IMG=repo:tag or repo@sha256:... set the images).
+	@$(with-images) $(BIN)/kustomize build "$$cfg/default"
+
+# with-images: a copy of config/ in $$cfg with IMG, ROUTER_IMG and SIMULATOR_IMG set in
+# config/manager (kustomize edit set image), removed when the recipe line ends.
+define with-images
+$(GO) build -modfile=hack/tools/go.mod -o $(BIN)/kustomize sigs.k8s.io/kustomize/kustomize/v5; \
+tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r config "$$tmp/"; cfg="$$tmp/config"; \
+for image in manager=$(IMG) router=$(ROUTER_IMG) vllm-sim=$(SIMULATOR_IMG); do \
+	if [[ -n "$${image#*=}" ]]; then (cd "$$cfg/manager" && $(BIN)/kustomize edit set image "$$image"); fi; \
+done;
+endef
 
 .PHONY: help
 help: ## Show this help.

@@ -40,6 +40,7 @@ if [[ ! -x $OUT/etcd ]]; then
   mv "$OUT/etcd.tmp" "$OUT/etcd"
 fi
 "$OUT/kube-apiserver" --version
-"$OUT/etcd" --version | head -1
+# sed, not head: head exits after one line and etcd, still writing, dies of SIGPIPE (pipefail).
+"$OUT/etcd" --version | sed -n 1p
 mkdir -p "$CACHE" && cp "$OUT/kube-apiserver" "$OUT/etcd" "$CACHE/" || true
 echo "envtest binaries built in $(( $(date +%s) - start ))s into $OUT"

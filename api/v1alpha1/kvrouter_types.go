@@ -38,6 +38,29 @@ type KVRouterSpec struct {
 	// +kubebuilder:default=false
 	// +optional
 	Simulate bool `json:"simulate,omitempty"`
+
+	// Monitoring asks for a Prometheus Operator ServiceMonitor (the router) and PodMonitor (the
+	// engines). Without it, nothing is rendered for Prometheus.
+	// +optional
+	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
+}
+
+// MonitoringSpec configures the Prometheus Operator objects that scrape the router and engines.
+type MonitoringSpec struct {
+	// Labels are added to the ServiceMonitor and PodMonitor so that a Prometheus whose
+	// serviceMonitorSelector and podMonitorSelector require them selects them (the Prometheus of
+	// kube-prometheus-stack requires `release: <its release name>` by default). OpenShift's
+	// user-workload monitoring needs none.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Interval between scrapes, e.g. 15s or 1m30s (units in the order h, m, s, ms, as the
+	// Prometheus Operator requires). Empty: the Prometheus's own scrape interval.
+	// +kubebuilder:validation:Pattern=`^(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	Interval string `json:"interval,omitempty"`
 }
 
 // ModelSpec names the model.
@@ -61,11 +84,13 @@ type ModelSpec struct {
 	// CachePVC is an existing PersistentVolumeClaim that holds model weights; it is mounted as
 	// HF_HOME so replicas do not download the model each time they start.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	CachePVC string `json:"cachePVC,omitempty"`
 
 	// HFTokenSecret is a Secret in the same namespace whose key "token" becomes HF_TOKEN.
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	HFTokenSecret string `json:"hfTokenSecret,omitempty"`
 }
@@ -75,6 +100,7 @@ type ModelSpec struct {
 // spec.engine ({}) before nested defaults fill it, and would refuse the CRD otherwise.
 // +kubebuilder:validation:XValidation:rule="!has(self.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.perNode) || self.tensorParallelSize <= self.gpu.perNode",message="spec.engine.tensorParallelSize must not exceed spec.engine.gpu.perNode (the GPUs one node has): split larger models across nodes with nodesPerReplica"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodesPerReplica) || self.nodesPerReplica == 1 || !has(self.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.perNode) || self.tensorParallelSize == self.gpu.perNode",message="spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode: each node of a multi-node replica must be filled by tensor parallelism (pipeline parallelism spans the nodes)"
+// +kubebuilder:validation:XValidation:rule="!has(self.apiKeySecret) || ((!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')) && (!has(self.extraArgs) || !self.extraArgs.exists(a, a.matches('^--api[-_]key(=.*)?$'))))",message="with spec.engine.apiKeySecret, spec.engine.env must not set VLLM_API_KEY and spec.engine.extraArgs must not set --api-key: the engines would check a key the router does not send"
 type EngineSpec struct {
 	// Image is the vLLM image. It must publish KV events (vLLM v0.9 or newer).
 	// +kubebuilder:default="vllm/vllm-openai:v0.26.0"
@@ -134,10 +160,10 @@ type EngineSpec struct {
 	ExtraArgs []string `json:"extraArgs,omitempty"`
 
 	// Env adds environment variables to the engine container. PYTHONHASHSEED, POD_NAME and
-	// POD_IP are the operator's: the hash seed must match the router's, and the KV-event topic
-	// names the pod.
+	// POD_IP are the operator's: the hash seed keeps vLLM's block hashes the same on every
+	// engine and across restarts, and the KV-event topic names the pod.
 	// +kubebuilder:validation:MaxItems=128
-	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['PYTHONHASHSEED', 'POD_NAME', 'POD_IP']))",message="spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP: the operator sets them to what the router and the KV-event topic need"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['PYTHONHASHSEED', 'POD_NAME', 'POD_IP']))",message="spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP: the operator sets them (one hash seed for every engine, the pod in the KV-event topic)"
 	// +optional
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
@@ -161,6 +187,22 @@ type EngineSpec struct {
 	// Tolerations are added to the engine pods, after the nvidia.com/gpu toleration.
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// APIKeySecret is the engines' own API key (vLLM's --api-key): the engines get it as
+	// VLLM_API_KEY from the Secret, and the router, which mounts the same key as a file, sends
+	// it on every request it makes to them in place of the client's Authorization. vLLM reads
+	// the key at start: after changing it, restart the engines (kubectl rollout restart).
+	// +optional
+	APIKeySecret *SecretKeyRef `json:"apiKeySecret,omitempty"`
+
+	// RunAsUser is the UID the engine containers run as. Unset: none on OpenShift (the
+	// restricted-v2 SCC assigns one from the namespace's range), elsewhere the vllm user of the
+	// vLLM image (2000) or the operator's --engine-uid. On OpenShift a UID outside the
+	// namespace's range needs an SCC that allows it, such as nonroot-v2.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
 }
 
 // GPUSpec selects the GPU nodes.
@@ -169,6 +211,7 @@ type GPUSpec struct {
 	// +kubebuilder:default="NVIDIA-H100-80GB-HBM3"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`
 	// +optional
 	Product string `json:"product,omitempty"`
 
@@ -227,6 +270,32 @@ type RouterSpec struct {
 	// Resources of the router container.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// APIKeySecret makes the router require "Authorization: Bearer <key>" on the OpenAI API
+	// (/v1/ except /v1/status and /v1/autoscale, which the operator and KEDA read; /health,
+	// /ready and /metrics stay open too). The Secret's key holds one API key per line and is
+	// mounted as a file the router re-reads, so keys rotate without a restart: add the new key
+	// as a line, move clients to it, then remove the old one.
+	// +optional
+	APIKeySecret *SecretKeyRef `json:"apiKeySecret,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the KVRouter's namespace. The operator never reads
+// the Secret: it only points the pods at it.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Key of the Secret's data that holds the API key.
+	// +kubebuilder:default=api-key
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // GatewaySpec attaches the router to Gateways with an HTTPRoute.

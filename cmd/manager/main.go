@@ -51,7 +51,8 @@ type managerConfig struct {
 	leaderElect       bool
 	leaderElectionID  string
 	leaderElectionNS  string
-	image             string
+	images            *imageFlags
+	platform          *platformFlags
 	watchNamespaces   []string
 	labelAllowList    []string
 	labelAllowListSet bool
@@ -74,8 +75,12 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", "kvrouter-operator.serving.kvrouter.dev", "name of the leader election Lease")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty: the manager's own namespace")
-	bindImageFlags(fs, &c.image)
-	watch := fs.String("watch-namespaces", "", "comma-separated namespaces to reconcile KVRouters in; empty: all")
+	c.images = bindImageFlags(fs)
+	c.platform = bindPlatformFlags(fs, platformAuto)
+	// OLM puts the OperatorGroup's target namespaces in WATCH_NAMESPACE (config/manager maps the
+	// olm.targetNamespaces annotation onto it): empty for AllNamespaces, so one default serves
+	// both kustomize and OLM installs.
+	watch := fs.String("watch-namespaces", os.Getenv("WATCH_NAMESPACE"), "comma-separated namespaces to reconcile KVRouters in; empty: all (default $WATCH_NAMESPACE)")
 	allow := fs.String("label-allow-list", "", "comma-separated label keys copied from a KVRouter to its children (default "+strings.Join(render.DefaultLabelAllowList, ",")+"); \"-\" copies none")
 	fs.DurationVar(&c.recheckInterval, "crd-recheck-interval", controller.DefaultRecheckInterval, "how often optional CRDs (Gateway API, KEDA, LeaderWorkerSet) are rediscovered")
 	fs.DurationVar(&c.statusInterval, "router-status-interval", controller.DefaultStatusPollInterval, "how often each KVRouter's router is read (GET /v1/status) for the cache status and conditions")
@@ -89,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 		fs.Usage()
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	c.images.resolve(fs)
 	c.watchNamespaces = splitList(*watch)
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "label-allow-list" {
@@ -100,6 +106,10 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 		if *allow != "-" {
 			c.labelAllowList = append(c.labelAllowList, splitList(*allow)...)
 		}
+	}
+	if err := c.platform.validate(true); err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, err
 	}
 	if c.statusInterval <= 0 {
 		fmt.Fprintln(stderr, "--router-status-interval must be positive")
@@ -172,10 +182,16 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		Client:             mgr.GetClient(),
 		Scheme:             mgr.GetScheme(),
 		Recorder:           mgr.GetEventRecorder("kvrouter-operator"),
-		RenderOptions:      render.Options{Image: c.image, LabelAllowList: c.labelAllowList},
+		RenderOptions:      render.Options{RouterImage: c.images.router, SimulatorImage: c.images.simulator, LabelAllowList: c.labelAllowList},
 		StatusPollInterval: c.statusInterval,
 		RecheckInterval:    c.recheckInterval,
 	}
+	platform, err := c.platform.apply(&r.RenderOptions, mgr.GetRESTMapper())
+	if err != nil {
+		log.Error(err, "detecting the platform")
+		return 1
+	}
+	log.Info("engine pod UIDs", "platform", platform, "platformAssignsUID", r.RenderOptions.PlatformAssignsUID, "engineUID", r.RenderOptions.EngineUID)
 	if err := r.SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the KVRouter controller")
 		return 1
@@ -188,7 +204,7 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		log.Error(err, "adding the readiness check")
 		return 1
 	}
-	log.Info("starting the manager", "image", c.image, "leaderElection", c.leaderElect, "watchNamespaces", c.watchNamespaces)
+	log.Info("starting the manager", "routerImage", c.images.router, "simulatorImage", c.images.simulator, "leaderElection", c.leaderElect, "watchNamespaces", c.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running the manager")
 		return 1
@@ -196,13 +212,52 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 	return 0
 }
 
-// bindImageFlags binds --kvrouter-image, the documented name shared by the manager and
-// `manager render`, and --image, an alias kept because `manager render --image` shipped first.
-func bindImageFlags(fs *flag.FlagSet, image *string) {
-	def := os.Getenv("KVROUTER_IMAGE")
-	if def == "" {
-		def = render.DefaultImage
+// imageFlags are the images of the pods the operator renders besides vLLM's: --router-image and
+// --simulator-image, shared by the manager and `manager render`.
+type imageFlags struct {
+	router, simulator string
+	// both is --kvrouter-image (alias --image): one image holding both binaries, the single
+	// image earlier manifests used. It fills whichever of the two was not given itself.
+	both string
+}
+
+// bindImageFlags binds the image flags. Their defaults are the RELATED_IMAGE_* variables that
+// config/manager sets (and OLM's tooling reads for relatedImages), then $KVROUTER_IMAGE, which
+// earlier manifests set to the one image holding both binaries, then the release images.
+func bindImageFlags(fs *flag.FlagSet) *imageFlags {
+	f := &imageFlags{}
+	legacy := os.Getenv("KVROUTER_IMAGE")
+	fs.StringVar(&f.router, "router-image", firstSet(os.Getenv("RELATED_IMAGE_ROUTER"), legacy, render.DefaultRouterImage),
+		"image of the router pods (/router); default $RELATED_IMAGE_ROUTER, else "+render.DefaultRouterImage)
+	fs.StringVar(&f.simulator, "simulator-image", firstSet(os.Getenv("RELATED_IMAGE_SIMULATOR"), legacy, render.DefaultSimulatorImage),
+		"image of the vllm-sim pods (/vllm-sim) of KVRouters with spec.simulate; default $RELATED_IMAGE_SIMULATOR, else "+render.DefaultSimulatorImage)
+	const alias = "one image holding /router and /vllm-sim: sets --router-image and --simulator-image where those are not given"
+	fs.StringVar(&f.both, "kvrouter-image", "", alias)
+	fs.StringVar(&f.both, "image", "", "alias of --kvrouter-image")
+	return f
+}
+
+// resolve applies --kvrouter-image after fs is parsed, so that the specific flags win whatever
+// their order on the command line.
+func (f *imageFlags) resolve(fs *flag.FlagSet) {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if !given["kvrouter-image"] && !given["image"] {
+		return
 	}
-	fs.StringVar(image, "kvrouter-image", def, "image that runs the router (and vllm-sim in simulate mode); default $KVROUTER_IMAGE, else "+render.DefaultImage)
-	fs.StringVar(image, "image", def, "alias of --kvrouter-image")
+	if !given["router-image"] {
+		f.router = f.both
+	}
+	if !given["simulator-image"] {
+		f.simulator = f.both
+	}
+}
+
+func firstSet(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

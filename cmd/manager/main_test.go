@@ -11,8 +11,15 @@ import (
 	"github.com/kvrouter/kvrouter/internal/render"
 )
 
+// clearImageEnv unsets every variable an image flag defaults from.
+func clearImageEnv(t *testing.T) {
+	for _, v := range []string{"RELATED_IMAGE_ROUTER", "RELATED_IMAGE_SIMULATOR", "KVROUTER_IMAGE", "WATCH_NAMESPACE"} {
+		t.Setenv(v, "")
+	}
+}
+
 func TestParseFlagsDefaults(t *testing.T) {
-	t.Setenv("KVROUTER_IMAGE", "")
+	clearImageEnv(t)
 	c, err := parseFlags(nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -20,8 +27,11 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if c.metricsAddr != ":8080" || c.probeAddr != ":8081" || c.leaderElect {
 		t.Errorf("defaults = %+v", c)
 	}
-	if c.image != render.DefaultImage {
-		t.Errorf("image = %q, want %q", c.image, render.DefaultImage)
+	if c.images.router != render.DefaultRouterImage || c.images.simulator != render.DefaultSimulatorImage {
+		t.Errorf("images = %+v, want the release images", *c.images)
+	}
+	if c.watchNamespaces != nil {
+		t.Errorf("namespaces = %q, want all", c.watchNamespaces)
 	}
 	if c.labelAllowList != nil {
 		t.Errorf("label allow-list = %#v, want nil (render's default)", c.labelAllowList)
@@ -32,7 +42,10 @@ func TestParseFlagsDefaults(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	t.Setenv("KVROUTER_IMAGE", "registry.example.com/kvrouter:env")
+	clearImageEnv(t)
+	t.Setenv("RELATED_IMAGE_ROUTER", "registry.example.com/router:env")
+	t.Setenv("RELATED_IMAGE_SIMULATOR", "registry.example.com/vllm-sim:env")
+	t.Setenv("WATCH_NAMESPACE", "not-used-when-the-flag-is-given")
 	c, err := parseFlags([]string{
 		"--leader-elect", "--metrics-bind-address=0", "--watch-namespaces", "a, b,,c",
 		"--label-allow-list", "team,app.kubernetes.io/part-of", "--crd-recheck-interval", "5s", "--zap-log-level", "debug",
@@ -43,8 +56,8 @@ func TestParseFlags(t *testing.T) {
 	if !c.leaderElect || c.metricsAddr != "0" || c.recheckInterval != 5*time.Second {
 		t.Errorf("parsed = %+v", c)
 	}
-	if c.image != "registry.example.com/kvrouter:env" {
-		t.Errorf("image = %q, want $KVROUTER_IMAGE", c.image)
+	if c.images.router != "registry.example.com/router:env" || c.images.simulator != "registry.example.com/vllm-sim:env" {
+		t.Errorf("images = %+v, want $RELATED_IMAGE_ROUTER and $RELATED_IMAGE_SIMULATOR", *c.images)
 	}
 	if !slices.Equal(c.watchNamespaces, []string{"a", "b", "c"}) {
 		t.Errorf("namespaces = %q", c.watchNamespaces)
@@ -91,23 +104,79 @@ func TestRunHelp(t *testing.T) {
 	}
 }
 
-// The manager and `manager render` take the image under the same documented name, and both
-// still accept --image.
-func TestImageFlagNames(t *testing.T) {
-	for _, name := range []string{"--kvrouter-image", "--image"} {
-		c, err := parseFlags([]string{name, "registry.example.com/kvrouter:" + name[2:]}, &bytes.Buffer{})
+// OLM's OperatorGroup reaches the manager as WATCH_NAMESPACE: one namespace (OwnNamespace,
+// SingleNamespace), several joined by commas (MultiNamespace), or empty (AllNamespaces).
+func TestWatchNamespaceFromEnv(t *testing.T) {
+	for env, want := range map[string][]string{"": nil, "team-a": {"team-a"}, "team-a,team-b": {"team-a", "team-b"}} {
+		clearImageEnv(t)
+		t.Setenv("WATCH_NAMESPACE", env)
+		c, err := parseFlags(nil, &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.image != "registry.example.com/kvrouter:"+name[2:] {
-			t.Errorf("manager %s: image = %q", name, c.image)
+		if !slices.Equal(c.watchNamespaces, want) {
+			t.Errorf("WATCH_NAMESPACE=%q: namespaces = %q, want %q", env, c.watchNamespaces, want)
 		}
+	}
+}
+
+// Which image each pod gets, for every way of naming one: the specific flags beat the
+// all-in-one alias whatever their order, flags beat the environment, RELATED_IMAGE_* beats the
+// legacy KVROUTER_IMAGE.
+func TestImageFlagPrecedence(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		env                 map[string]string
+		args                []string
+		wantRouter, wantSim string
+	}{
+		{name: "legacy env fills both", env: map[string]string{"KVROUTER_IMAGE": "old/all:1"},
+			wantRouter: "old/all:1", wantSim: "old/all:1"},
+		{name: "related images beat the legacy env", env: map[string]string{"KVROUTER_IMAGE": "old/all:1", "RELATED_IMAGE_ROUTER": "r:env"},
+			wantRouter: "r:env", wantSim: "old/all:1"},
+		{name: "alias sets both", env: map[string]string{"RELATED_IMAGE_ROUTER": "r:env", "RELATED_IMAGE_SIMULATOR": "s:env"},
+			args: []string{"--kvrouter-image", "all:flag"}, wantRouter: "all:flag", wantSim: "all:flag"},
+		{name: "short alias", args: []string{"--image", "all:flag"}, wantRouter: "all:flag", wantSim: "all:flag"},
+		{name: "specific flag after the alias", args: []string{"--kvrouter-image", "all:flag", "--router-image", "r:flag"},
+			wantRouter: "r:flag", wantSim: "all:flag"},
+		{name: "specific flag before the alias", args: []string{"--simulator-image", "s:flag", "--kvrouter-image", "all:flag"},
+			wantRouter: "all:flag", wantSim: "s:flag"},
+		{name: "both specific flags", env: map[string]string{"RELATED_IMAGE_ROUTER": "r:env"},
+			args: []string{"--router-image", "r:flag", "--simulator-image", "s:flag"}, wantRouter: "r:flag", wantSim: "s:flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearImageEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			c, err := parseFlags(tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.images.router != tc.wantRouter || c.images.simulator != tc.wantSim {
+				t.Errorf("router %q simulator %q, want %q %q", c.images.router, c.images.simulator, tc.wantRouter, tc.wantSim)
+			}
+		})
+	}
+}
+
+// `manager render` takes the same image flags as the manager and puts each image in its pods.
+func TestRenderImageFlags(t *testing.T) {
+	clearImageEnv(t)
+	for _, tc := range []struct {
+		args                []string
+		wantRouter, wantSim string
+	}{
+		{[]string{"--router-image", "r.example.com/router:1", "--simulator-image", "r.example.com/sim:1"}, "r.example.com/router:1", "r.example.com/sim:1"},
+		{[]string{"--kvrouter-image", "r.example.com/all:2"}, "r.example.com/all:2", "r.example.com/all:2"},
+	} {
 		var out, errOut bytes.Buffer
-		if rc := runRender([]string{"-f", "../../config/samples/kvrouter_simulate.yaml", name, "r.example.com/k:" + name[2:]}, &out, &errOut); rc != 0 {
-			t.Fatalf("manager render %s: exit %d: %s", name, rc, errOut.String())
+		args := append([]string{"-f", "../../config/samples/kvrouter_simulate.yaml"}, tc.args...)
+		if rc := runRender(args, &out, &errOut); rc != 0 {
+			t.Fatalf("manager render %q: exit %d: %s", tc.args, rc, errOut.String())
 		}
-		if !strings.Contains(out.String(), "image: r.example.com/k:"+name[2:]) {
-			t.Errorf("manager render %s: the image is not in the output", name)
+		if !strings.Contains(out.String(), "image: "+tc.wantRouter+"\n") || !strings.Contains(out.String(), "image: "+tc.wantSim+"\n") {
+			t.Errorf("manager render %q: want router image %s and simulator image %s in the output", tc.args, tc.wantRouter, tc.wantSim)
 		}
 	}
 }

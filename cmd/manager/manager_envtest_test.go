@@ -27,23 +27,7 @@ import (
 // probes, controller) against a bare control plane that has only the KVRouter CRD, and checks
 // it reconciles a KVRouter, serves its health probe and exits cleanly.
 func TestEnvtestManager(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(root, "bin", "k8s", "v1.36.3")
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		t.Fatalf("kube-apiserver not found in %s: run `make envtest`, or set KUBEBUILDER_ASSETS", assets)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfPathMissing: true,
-		},
-	}
+	_, env := bareControlPlane(t) // rbac_envtest_test.go
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)

@@ -18,18 +18,18 @@ import (
 	"github.com/kvrouter/kvrouter/internal/render"
 )
 
-// runRender implements `manager render -f FILE [--kvrouter-image IMG] [--namespace NS]`: it prints the
-// objects the operator would apply for the KVRouters in FILE as one multi-document YAML stream.
+// runRender implements `manager render -f FILE [--router-image IMG] [--simulator-image IMG]
+// [--namespace NS]`: it prints the objects the operator would apply for the KVRouters in FILE as one multi-document YAML stream.
 // It runs render.Objects, the function the reconciler runs, and needs no cluster.
 func runRender(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("manager render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", `KVRouter manifest to render (YAML, one or more documents); "-" reads stdin`)
-	image := new(string)
-	bindImageFlags(fs, image)
+	images := bindImageFlags(fs)
+	platform := bindPlatformFlags(fs, platformKubernetes)
 	namespace := fs.String("namespace", "default", "namespace of KVRouters whose manifest names none")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: manager render -f FILE [--kvrouter-image IMG] [--namespace NS]\n\n"+
+		fmt.Fprintf(stderr, "Usage: manager render -f FILE [--router-image IMG] [--simulator-image IMG] [--namespace NS] [--platform kubernetes|openshift]\n\n"+
 			"Prints the objects the operator creates for a KVRouter manifest, without a cluster.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -39,8 +39,18 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	images.resolve(fs)
 	if *file == "" || fs.NArg() > 0 {
 		fs.Usage()
+		return 2
+	}
+	opts := render.Options{RouterImage: images.router, SimulatorImage: images.simulator}
+	if err := platform.validate(false); err != nil {
+		fmt.Fprintf(stderr, "manager render: %v\n", err)
+		return 2
+	}
+	if _, err := platform.apply(&opts, nil); err != nil {
+		fmt.Fprintf(stderr, "manager render: %v\n", err)
 		return 2
 	}
 
@@ -59,7 +69,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		if kvr.Namespace == "" {
 			kvr.Namespace = *namespace
 		}
-		o, err := render.Objects(kvr, render.Options{Image: *image})
+		o, err := render.Objects(kvr, opts)
 		if err != nil {
 			fmt.Fprintf(stderr, "manager render: %v\n", err)
 			return 1

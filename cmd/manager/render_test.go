@@ -116,7 +116,7 @@ func TestRenderImageFlagAndStdin(t *testing.T) {
 			images = append(images, c.(map[string]any)["image"].(string))
 		}
 	}
-	// Router and vllm-sim both come from the kvrouter image.
+	// --image (an alias of --kvrouter-image) gives router and vllm-sim pods the same image.
 	if len(images) != 2 || images[0] != "registry.example.com/kvrouter:dev" || images[1] != images[0] {
 		t.Errorf("images %v", images)
 	}

@@ -50,10 +50,12 @@ type options struct {
 	saturationFactor, targetTTFT                        float64
 	scrapeInterval, tokenizeTimeout, shutdownGrace      time.Duration
 	streamIdle, headerTimeout                           time.Duration
+	readHeaderTimeout, bodyReadTimeout                  time.Duration
 	noEvents                                            bool
 	pprofAddr                                           string
 	indexMaxKeys                                        int
 	predictTTL, predictHold                             time.Duration
+	apiKeyFile, engineAPIKeyFile                        string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -83,13 +85,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.tokenizeTimeout, "tokenize-timeout", 2*time.Second, "timeout of one /tokenize call")
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 5*time.Minute, "abort an engine response silent for this long")
 	fs.DurationVar(&o.headerTimeout, "upstream-header-timeout", 10*time.Minute, "wait for an engine's response headers (non-streaming answers arrive whole)")
+	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "close a client connection whose request headers take longer (slowloris)")
+	fs.DurationVar(&o.bodyReadTimeout, "body-read-timeout", time.Minute, "answer 408 to a request whose body takes longer to arrive")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	fs.BoolVar(&o.noEvents, "no-kv-events", false, "do not subscribe to KV events (route by load only)")
 	fs.IntVar(&o.indexMaxKeys, "index-max-keys", 0, "cap on distinct prefix blocks in the index (0: the index's default)")
 	fs.DurationVar(&o.predictTTL, "predict-ttl", 2*time.Second, "lifetime of predicted index entries once their request has started")
 	fs.DurationVar(&o.predictHold, "predict-hold", 10*time.Minute, "longest a request's predicted index entries live while it waits for its first token")
+	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file of the API keys clients must send as Authorization: Bearer <key> on /v1/ (one per line; re-read every second, so a rotated Secret applies without a restart); empty: no key required")
+	fs.StringVar(&o.engineAPIKeyFile, "engine-api-key-file", "", "file holding the engines' API key (vLLM --api-key), sent to them in place of the client's Authorization; empty: the client's Authorization is passed through, unless --api-key-file is set")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
+	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof and the index dump /debug/kvindex on this address (e.g. 127.0.0.1:6060); off when empty")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -170,12 +176,16 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 	tracker := loadsignal.NewTracker()
-	cfg := proxy.Config{
+	auth, err := proxy.LoadAuth(ctx, o.apiKeyFile, o.engineAPIKeyFile, time.Second, log.WithName("auth"))
+	if err != nil {
+		return err
+	}
+	cfg := proxy.Config{Auth: auth,
 		Policy: policy.Config{Kind: kind, BlockSize: o.blockSize, MaxInFlight: o.maxInFlight,
 			SaturationFactor: o.saturationFactor, TargetTTFT: o.targetTTFT},
 		Model: o.model, SessionHeader: o.sessionHeader, MaxBodyBytes: o.maxBody,
 		ReportModeFull: o.reportMode == "full", UpstreamHeaderTimeout: o.headerTimeout,
-		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout,
+		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout, BodyReadTimeout: o.bodyReadTimeout,
 	}
 	var srvIndex proxy.Index
 	var srvStreams proxy.StreamStatus
@@ -245,6 +255,9 @@ func run(ctx context.Context, o *options) error {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if index != nil {
+			mux.Handle("GET /debug/kvindex", debugIndexHandler(index, streams))
+		}
 		go func() {
 			if err := http.ListenAndServe(o.pprofAddr, mux); err != nil {
 				log.Error(err, "pprof listener")
@@ -258,7 +271,7 @@ func run(ctx context.Context, o *options) error {
 	}
 	hs := &http.Server{
 		Handler:           srv.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: streams last minutes; the idle timer guards silent ones.
 	}
@@ -268,7 +281,7 @@ func run(ctx context.Context, o *options) error {
 		}
 	}()
 	log.Info("router listening", "addr", ln.Addr().String(), "policy", o.policy, "discovery", o.discovery,
-		"blockSize", o.blockSize, "kvEvents", !o.noEvents)
+		"blockSize", o.blockSize, "kvEvents", !o.noEvents, "clientKeyRequired", o.apiKeyFile != "", "engineKey", o.engineAPIKeyFile != "")
 
 	select {
 	case <-ctx.Done():

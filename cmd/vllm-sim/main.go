@@ -34,12 +34,13 @@ var spec = map[string]argSpec{
 	"max-model-len": single, "tensor-parallel-size": single, "pipeline-parallel-size": single,
 	"prefix-caching-hash-algo": single, "kv-events-config": single, "max-num-seqs": single,
 	"max-num-batched-tokens": single, "gpu-memory-utilization": single, "num-gpu-blocks-override": single,
-	"enable-prefix-caching": boolean, "lora-modules": multi, "data-parallel-rank": single,
+	"enable-prefix-caching": boolean, "lora-modules": multi, "data-parallel-rank": single, "api-key": multi,
 	// Simulator flags.
 	"sim-profile": single, "time-scale": single, "kv-events-encoding": single, "engines": single,
 	"kv-events-port-stride": single, "legacy-replay": boolean, "fault-drop-batches": single,
 	"fault-event-delay": single, "fault-fail-fraction": single, "fault-tokenize-delay": single,
-	"fault-restart-every": single, "log-level": single, "help": boolean,
+	"fault-restart-every": single, "fault-tokenize-fail-fraction": single, "fault-replay-down": boolean,
+	"log-level": single, "help": boolean,
 }
 
 const usage = `vllm-sim: a simulated vLLM engine (OpenAI API, /tokenize, vllm: metrics, KV events over ZMQ).
@@ -64,8 +65,10 @@ vLLM flags (same meaning as vllm serve):
                                  "replay_endpoint":"tcp://*:5558","topic":"...","hwm":100000,"buffer_steps":10000}
   --lora-modules name=path...   LoRA adapters accepted as model names
   --data-parallel-rank R        offsets KV event ports by R and sets the batch's rank
+  --api-key K...                keys required as Authorization: Bearer K on every route but /health,
+                                /ping, /load, /version and /metrics (default: $VLLM_API_KEY)
 Environment: PYTHONHASHSEED (hash seed; unset = random), VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (1 = int
-hashes, default; 0 = bytes).
+hashes, default; 0 = bytes), VLLM_API_KEY (the key when --api-key is not given).
 Other vLLM flags are accepted and ignored with one warning.
 
 Simulator flags:
@@ -80,6 +83,8 @@ Simulator flags:
   --fault-event-delay D         delay every event batch by D (e.g. 200ms)
   --fault-fail-fraction F       fail this fraction of requests with HTTP 500
   --fault-tokenize-delay D      add D to every tokenization
+  --fault-tokenize-fail-fraction F  fail this fraction of /tokenize calls with HTTP 500
+  --fault-replay-down           leave replay requests unanswered (replay unavailable)
   --fault-restart-every D       restart each engine every D (sequence back to 0, cache empty)
   --log-level L                 debug | info | warn | error (default info)
 Faults can also be changed at run time: POST /sim/faults.
@@ -113,6 +118,7 @@ type settings struct {
 	lora                    map[string]string
 	hashAlgo                string
 	hashSubstituted         bool
+	apiKeys                 []string
 	unknown                 []string
 	logLevel                slog.Level
 }
@@ -237,6 +243,11 @@ func parseSettings(args []string) (*settings, error) {
 		HashAlgo: s.hashAlgo, HashSeed: seed,
 	}
 	s.prefixCaching = boolean("enable-prefix-caching", true)
+	// As in vLLM, --api-key wins over VLLM_API_KEY.
+	s.apiKeys = p.values["api-key"]
+	if k := os.Getenv("VLLM_API_KEY"); len(s.apiKeys) == 0 && k != "" {
+		s.apiKeys = []string{k}
+	}
 	for _, m := range p.values["lora-modules"] {
 		name, path, ok := strings.Cut(m, "=")
 		if !ok {
@@ -274,7 +285,9 @@ func parseSettings(args []string) (*settings, error) {
 	s.stride = num("kv-events-port-stride", 2)
 	s.dpRank = num("data-parallel-rank", 0)
 	s.timeScale = float("time-scale", 1)
-	s.faults = server.Faults{FailFraction: float("fault-fail-fraction", 0), TokenizeDelay: dur("fault-tokenize-delay"), EventDelay: dur("fault-event-delay")}
+	s.faults = server.Faults{FailFraction: float("fault-fail-fraction", 0), TokenizeDelay: dur("fault-tokenize-delay"),
+		EventDelay: dur("fault-event-delay"), TokenizeFailFraction: float("fault-tokenize-fail-fraction", 0),
+		ReplayDown: boolean("fault-replay-down", false)}
 	s.dropBatches = num("fault-drop-batches", 0)
 	s.restartEvery = dur("fault-restart-every")
 	if err := s.logLevel.UnmarshalText([]byte(get("log-level", "info"))); err != nil {
@@ -287,6 +300,8 @@ func parseSettings(args []string) (*settings, error) {
 		errs = append(errs, errors.New("--time-scale must be positive"))
 	case s.faults.FailFraction < 0 || s.faults.FailFraction > 1:
 		errs = append(errs, errors.New("--fault-fail-fraction must be within [0, 1]"))
+	case s.faults.TokenizeFailFraction < 0 || s.faults.TokenizeFailFraction > 1:
+		errs = append(errs, errors.New("--fault-tokenize-fail-fraction must be within [0, 1]"))
 	}
 	return s, errors.Join(errs...)
 }
@@ -320,7 +335,8 @@ func run(ctx context.Context, args []string, ready func([]string)) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: s.logLevel}))
 	slog.SetDefault(log)
 	if len(s.unknown) > 0 {
-		log.Warn("ignoring vLLM flags the simulator does not model", "flags", strings.Join(s.unknown, " "))
+		// Names only: a value may be a secret (--hf-token).
+		log.Warn("ignoring vLLM flags the simulator does not model", "flags", strings.Join(flagNames(s.unknown), " "))
 	}
 	if s.hashSubstituted {
 		log.Warn("pickle-based prefix caching hash cannot be reproduced outside Python; using its CBOR variant", "algo", s.hashAlgo)
@@ -351,7 +367,7 @@ func run(ctx context.Context, args []string, ready func([]string)) error {
 		opt := server.Options{
 			ServedModelNames: s.served, ModelPath: s.model, LoRAModules: s.lora, TimeScale: s.timeScale,
 			PrefixCaching: s.prefixCaching, HashAlgo: s.hashAlgo, Tokenizer: tok, Faults: s.faults,
-			Logger: log.With("engine", i),
+			Logger: log.With("engine", i), APIKeys: s.apiKeys,
 		}
 		if s.kv.enabled() {
 			pub, src, err := openPublisher(s, i, log.With("engine", i))
@@ -424,6 +440,16 @@ func run(ctx context.Context, args []string, ready func([]string)) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// flagNames strips the values from unknown flags ("--hf-token=x", "--hf-token x" -> "--hf-token").
+func flagNames(unknown []string) []string {
+	names := make([]string, len(unknown))
+	for i, u := range unknown {
+		names[i], _, _ = strings.Cut(u, " ")
+		names[i], _, _ = strings.Cut(names[i], "=")
+	}
+	return names
 }
 
 func withEvents(c engine.Config, on bool) engine.Config {

@@ -60,6 +60,7 @@ func run(path string, out io.Writer) error {
 			"(`kubectl scale kvrouter` sets `.spec.engine.replicas`).\n\n",
 			crd.Spec.Group, v.Name, crd.Spec.Names.Kind, strings.Join(crd.Spec.Names.ShortNames, ", "))
 		fmt.Fprintf(w, "%s\n\n", s.Description)
+		printerColumns(w, v.AdditionalPrinterColumns)
 		for _, name := range []string{"spec", "status"} {
 			p, ok := s.Properties[name]
 			if !ok {
@@ -94,9 +95,15 @@ func section(w io.Writer, path string, s apiextensionsv1.JSONSchemaProps) {
 		p := s.Properties[n]
 		child := path + "." + n
 		typ := typeOf(child, p)
-		if _, ext := external[child]; !ext && p.Type == "object" && len(p.Properties) > 0 {
-			typ = fmt.Sprintf("[object](#%s)", anchor(child))
-			nested = append(nested, n)
+		if _, ext := external[child]; !ext {
+			switch {
+			case p.Type == "object" && len(p.Properties) > 0:
+				typ = fmt.Sprintf("[object](#%s)", anchor(child))
+				nested = append(nested, n)
+			case isObjectArray(p):
+				typ = fmt.Sprintf("[[]object](#%s)", anchor(child+"[]"))
+				nested = append(nested, n)
+			}
 		}
 		required := ""
 		if slices.Contains(s.Required, n) {
@@ -106,8 +113,39 @@ func section(w io.Writer, path string, s apiextensionsv1.JSONSchemaProps) {
 	}
 	fmt.Fprintln(w)
 	for _, n := range nested {
-		section(w, path+"."+n, s.Properties[n])
+		p := s.Properties[n]
+		if isObjectArray(p) {
+			// An array's own description says what the list is; its items' says what a row is.
+			item := *p.Items.Schema
+			if item.Description == "" {
+				item.Description = p.Description
+			}
+			section(w, path+"."+n+"[]", item)
+			continue
+		}
+		section(w, path+"."+n, p)
 	}
+}
+
+func isObjectArray(p apiextensionsv1.JSONSchemaProps) bool {
+	return p.Type == "array" && p.Items != nil && p.Items.Schema != nil &&
+		p.Items.Schema.Type == "object" && len(p.Items.Schema.Properties) > 0
+}
+
+// printerColumns lists what `kubectl get kvr` shows, as the CRD declares it.
+func printerColumns(w io.Writer, cols []apiextensionsv1.CustomResourceColumnDefinition) {
+	if len(cols) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## `kubectl get kvr`\n\n| Column | Shown | From | Description |\n|---|---|---|---|\n")
+	for _, c := range cols {
+		shown := "always"
+		if c.Priority > 0 {
+			shown = "`-o wide`"
+		}
+		fmt.Fprintf(w, "| %s | %s | `%s` | %s |\n", c.Name, shown, c.JSONPath, oneLine(c.Description))
+	}
+	fmt.Fprintln(w)
 }
 
 func typeOf(path string, p apiextensionsv1.JSONSchemaProps) string {
@@ -175,5 +213,5 @@ func oneLine(s string) string {
 }
 
 func anchor(path string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(path, "."), ".", "")
+	return strings.NewReplacer(".", "", "[", "", "]", "").Replace(strings.TrimPrefix(path, "."))
 }

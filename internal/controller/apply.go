@@ -100,25 +100,14 @@ func handOverReplicas(ctx context.Context, c client.Client, scheme *runtime.Sche
 	if _, found, _ := unstructured.NestedFieldNoCopy(desired.Object, "spec", "replicas"); found {
 		return nil
 	}
-	live, err := scheme.New(desired.GroupVersionKind())
+	live, err := readLive(ctx, c, scheme, desired)
 	if err != nil {
-		live = &unstructured.Unstructured{}
-		live.(*unstructured.Unstructured).SetGroupVersionKind(desired.GroupVersionKind())
-	}
-	liveObj, ok := live.(client.Object)
-	if !ok {
-		return fmt.Errorf("%s is not a client.Object", desired.GroupVersionKind())
-	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), liveObj); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !ownsField(liveObj.GetManagedFields(), FieldManager, "spec", "replicas") {
+	if !ownsField(live.GetManagedFields(), FieldManager, "spec", "replicas") {
 		return nil
 	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(liveObj)
-	if err != nil {
-		return err
-	}
+	m := live.Object
 	replicas, found, err := unstructured.NestedInt64(m, "spec", "replicas")
 	if err != nil || !found {
 		return err
@@ -134,6 +123,33 @@ func handOverReplicas(ctx context.Context, c client.Client, scheme *runtime.Sche
 		return fmt.Errorf("handing spec.replicas of %s %s over to the autoscaler: %w", desired.GetKind(), desired.GetName(), err)
 	}
 	return nil
+}
+
+// readLive reads the live copy of obj. A kind the scheme knows is read typed, from the informer
+// that the controller's watch keeps (the operator holds no get permission on its children); only
+// a kind outside the scheme falls back to unstructured.
+func readLive(ctx context.Context, c client.Client, scheme *runtime.Scheme, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	gvk := obj.GroupVersionKind()
+	typed, err := scheme.New(gvk)
+	if err != nil {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		typed = u
+	}
+	liveObj, ok := typed.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a client.Object", gvk)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), liveObj); err != nil {
+		return nil, err
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(liveObj)
+	if err != nil {
+		return nil, err
+	}
+	live := &unstructured.Unstructured{Object: m}
+	live.SetGroupVersionKind(gvk) // objects from the cache carry no TypeMeta
+	return live, nil
 }
 
 // ownsField reports whether manager holds path through an Apply entry of managedFields.

@@ -16,11 +16,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+
+	"github.com/kvrouter/kvrouter/internal/render"
 )
 
-// The kinds of KEDA's ScaledObject. KEDA's Go module is not a dependency (it would raise every
-// k8s.io module), so ScaledObjects are handled as unstructured objects.
-var scaledObjectGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
+// The kinds of KEDA's ScaledObject and of the Prometheus Operator's monitors. Their Go modules
+// are not dependencies (they would raise every k8s.io module), so these are handled as
+// unstructured objects.
+var (
+	scaledObjectGVK   = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
+	serviceMonitorGVK = schema.FromAPIVersionAndKind(render.MonitoringAPIVersion, render.ServiceMonitorKind)
+	podMonitorGVK     = schema.FromAPIVersionAndKind(render.MonitoringAPIVersion, render.PodMonitorKind)
+)
 
 // coreChildKinds are the kinds every Kubernetes cluster serves; the reconciler watches them from
 // the start and sweeps them for children the spec no longer asks for.
@@ -49,6 +56,8 @@ var OptionalKinds = []OptionalKind{
 	{GVK: gwapiv1.SchemeGroupVersion.WithKind("HTTPRoute"), CRD: "httproutes.gateway.networking.k8s.io", NeededFor: "spec.gateway"},
 	{GVK: scaledObjectGVK, CRD: "scaledobjects.keda.sh", NeededFor: "spec.autoscaling"},
 	{GVK: lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), CRD: "leaderworkersets.leaderworkerset.x-k8s.io", NeededFor: "spec.engine.nodesPerReplica > 1"},
+	{GVK: serviceMonitorGVK, CRD: "servicemonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
+	{GVK: podMonitorGVK, CRD: "podmonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
 }
 
 func optionalKindFor(gvk schema.GroupVersionKind) (OptionalKind, bool) {

@@ -1,6 +1,7 @@
 // Package controller holds the KVRouter reconciler: it applies what internal/render produces
 // with server-side apply, deletes children the spec no longer asks for, tolerates clusters that
-// lack the optional CRDs (Gateway API, KEDA, LeaderWorkerSet), and reports status and Events.
+// lack the optional CRDs (Gateway API, KEDA, LeaderWorkerSet, Prometheus Operator), and reports
+// status and Events.
 package controller
 
 import (
@@ -55,23 +56,27 @@ const (
 	EventDeleted         = "Deleted"
 )
 
+// RBAC: only what the operator uses; rbac_test.go checks every permission against the requests
+// of the whole envtest suite. Children are written with server-side apply (patch, and create
+// when the patch creates the object), read from the cache (list, watch), and deleted when the
+// spec stops asking for them; the operator never gets or updates them.
 // +kubebuilder:rbac:groups=serving.kvrouter.dev,resources=kvrouters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=serving.kvrouter.dev,resources=kvrouters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.kvrouter.dev,resources=kvrouters/status,verbs=patch
 // +kubebuilder:rbac:groups=serving.kvrouter.dev,resources=kvrouters/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;podmonitors,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 //
-// The router's namespaced Role grants get/list/watch on pods and EndpointSlices. Kubernetes only
-// lets the operator create a Role that grants what the operator holds itself, hence:
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// The router's namespaced Role grants list/watch on pods. Kubernetes only lets the operator
+// create a Role that grants what the operator holds itself, hence:
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
 // KVRouterReconciler reconciles KVRouter objects.
 type KVRouterReconciler struct {
@@ -167,7 +172,7 @@ func (r *KVRouterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // newObject returns an empty object of gvk for watches: typed when the scheme knows the kind,
-// unstructured otherwise (KEDA).
+// unstructured otherwise (KEDA, Prometheus Operator).
 func (r *KVRouterReconciler) newObject(gvk schema.GroupVersionKind) (client.Object, error) {
 	if obj, err := r.Scheme.New(gvk); err == nil {
 		if co, ok := obj.(client.Object); ok {
@@ -239,15 +244,19 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if err != nil {
 		log.Error(err, "rediscovering optional CRDs; keeping the previous answer")
 	}
-	if err := r.watchNewKinds(ctx, added); err != nil {
-		return ctrl.Result{}, err
+	// A kind that cannot be watched yet does not stop the applies, and the status still describes
+	// the workloads: returning here would write a status from an empty observation (no engine
+	// ready) over a fleet that serves. The error comes back at the end, so the watch is retried.
+	watchErr := r.watchNewKinds(ctx, added)
+	if watchErr != nil {
+		log.Error(watchErr, "watching the kinds of newly installed CRDs; retrying")
 	}
 
 	objs, err := render.Objects(kvr.DeepCopy(), r.RenderOptions)
 	if err != nil {
 		obs.renderErr = err
 		log.Info("spec refused by the renderer; nothing applied", "reason", err.Error())
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, watchErr
 	}
 
 	desired := map[childKey]bool{}
@@ -279,6 +288,14 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			msg := fmt.Sprintf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
 			obs.applyErrs = append(obs.applyErrs, msg)
 			r.Recorder.Eventf(kvr, nil, corev1.EventTypeWarning, EventApplyFailed, "Apply", "%s", msg)
+			// What runs now still serves: report its readiness, not zero.
+			if role != roleOther {
+				if live, err := readLive(ctx, r.Client, r.Scheme, u); err == nil {
+					if err := obs.observeWorkload(live, role); err != nil {
+						log.Error(err, "reading workload status")
+					}
+				}
+			}
 			continue
 		}
 		if err := obs.observeWorkload(u, role); err != nil {
@@ -291,6 +308,9 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	}
 	if len(obs.applyErrs) > 0 {
 		return ctrl.Result{}, errors.New(obs.applyErrs[0])
+	}
+	if watchErr != nil {
+		return ctrl.Result{}, watchErr
 	}
 	if len(obs.missing) > 0 {
 		return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil

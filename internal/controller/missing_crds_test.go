@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -19,7 +21,8 @@ import (
 )
 
 // A second control plane with only the KVRouter CRD: no Gateway API, no KEDA, no
-// LeaderWorkerSet. The operator must run there, apply what it can and say what is missing.
+// LeaderWorkerSet, no Prometheus Operator. The operator must run there, apply what it can and say
+// what is missing.
 var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, func() {
 	ctx := context.Background()
 	var (
@@ -60,6 +63,38 @@ var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, fun
 			expectCondition(g, cur, ConditionDegraded, metav1.ConditionTrue, ReasonCRDNotInstalled)
 			g.Expect(eventReasons(g, c, kvr)).To(ContainElement(EventCRDNotInstalled))
 		}).Should(Succeed())
+	})
+
+	It("serves without the monitors it cannot apply, names both CRDs, and applies them once they are installed", func() {
+		watched := makeKVRouter(ns, "watched").Simulate().Obj()
+		watched.Spec.Monitoring = &v1alpha1.MonitoringSpec{}
+		Expect(c.Create(ctx, watched)).To(Succeed())
+		Eventually(func(g Gomega) {
+			child(g, c, watched, render.RouterName(watched), &appsv1.Deployment{})
+			child(g, c, watched, render.EngineWorkloadName(watched), &appsv1.Deployment{})
+			cur := reload(g, c, watched)
+			g.Expect(cur.Status.ObservedGeneration).To(Equal(cur.Generation))
+			crds := expectCondition(g, cur, ConditionCRDsInstalled, metav1.ConditionFalse, ReasonCRDNotInstalled)
+			g.Expect(crds.Message).To(ContainSubstring("CRD servicemonitors.monitoring.coreos.com is not installed (needed for spec.monitoring)"))
+			g.Expect(crds.Message).To(ContainSubstring("CRD podmonitors.monitoring.coreos.com is not installed (needed for spec.monitoring)"))
+			// A missing monitor is no reason to call the engines unready.
+			g.Expect(condition(cur, ConditionReady).Reason).NotTo(Equal(ReasonCRDNotInstalled))
+		}).Should(Succeed())
+
+		_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: monitoringCRDs(), ErrorIfPathMissing: true})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			for _, gvk := range []schema.GroupVersionKind{serviceMonitorGVK, podMonitorGVK} {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(gvk)
+				name := render.ServiceMonitorName(watched)
+				if gvk == podMonitorGVK {
+					name = render.PodMonitorName(watched)
+				}
+				child(g, c, watched, name, u)
+			}
+			expectCondition(g, reload(g, c, watched), ConditionCRDsInstalled, metav1.ConditionTrue, ReasonInstalled)
+		}).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
 	It("keeps the serving engines when the spec asks for a LeaderWorkerSet the cluster lacks", func() {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/render"
@@ -116,15 +115,7 @@ var _ = Describe("KVRouter status from the router", func() {
 		}).Should(Succeed())
 
 		By("a steady fleet: the router is read on a timer, the KVRouter is not written")
-		// The readiness change above sets off writes by both controllers; the last of them can land
-		// just after the assertions pass. Take the resourceVersion once it has settled.
-		var rv string
-		Eventually(func(g Gomega) {
-			before := reload(g, k8sClient, kvr).ResourceVersion
-			time.Sleep(300 * time.Millisecond)
-			rv = reload(g, k8sClient, kvr).ResourceVersion
-			g.Expect(rv).To(Equal(before))
-		}).Should(Succeed())
+		rv := settledValue(func(g Gomega) string { return reload(g, k8sClient, kvr).ResourceVersion })
 		reads := stub.readCount()
 		Eventually(stub.readCount).Should(BeNumerically(">=", reads+3), "the router is not read on a timer")
 		Consistently(func(g Gomega) string { return reload(g, k8sClient, kvr).ResourceVersion }).
@@ -242,8 +233,7 @@ var _ = Describe("KVRouter status from the router", func() {
 			g.Expect(scale.Status.Selector).To(Equal(render.EngineSelector(kvr)))
 		}).Should(Succeed())
 
-		scale.Spec.Replicas = 3
-		Expect(k8sClient.SubResource("scale").Update(ctx, kvr, client.WithSubResourceBody(scale))).To(Succeed())
+		scaleTo(k8sClient, kvr, 3)
 		Eventually(func(g Gomega) {
 			g.Expect(reload(g, k8sClient, kvr).Spec.Engine.Replicas).To(HaveValue(BeEquivalentTo(3)))
 			d := child(g, k8sClient, kvr, render.EngineWorkloadName(kvr), &appsv1.Deployment{})

@@ -12,8 +12,9 @@ import (
 )
 
 // NewScheme returns a scheme with every typed kind the operator reads or writes: Kubernetes'
-// own, KVRouter, Gateway API v1 and LeaderWorkerSet. KEDA's ScaledObject is handled unstructured
-// and needs no registration. Registering a kind does not require its CRD in the cluster.
+// own, KVRouter, Gateway API v1 and LeaderWorkerSet. KEDA's ScaledObject and the Prometheus
+// Operator's ServiceMonitor and PodMonitor are handled unstructured and need no registration.
+// Registering a kind does not require its CRD in the cluster.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	err := errors.Join(

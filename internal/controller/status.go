@@ -29,7 +29,7 @@ const (
 	// apply failed, the spec is refused, or a CRD the spec needs is missing.
 	ConditionDegraded = "Degraded"
 	// ConditionCRDsInstalled is False when the spec asks for a kind whose CRD the cluster lacks
-	// (Gateway API, KEDA, LeaderWorkerSet); its message names the CRD.
+	// (Gateway API, KEDA, LeaderWorkerSet, Prometheus Operator); its message names the CRD.
 	ConditionCRDsInstalled = "CRDsInstalled"
 )
 

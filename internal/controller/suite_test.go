@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,11 @@ const envtestK8sVersion = "v1.36.3"
 // so its version is pinned here.
 const kedaModule = "github.com/kedacore/keda/v2@v2.21.0"
 
+// The Prometheus Operator's CRDs (ServiceMonitor, PodMonitor) come from its main module, which
+// is not a dependency either (only pkg/apis/monitoring is a module of its own, and it requires
+// newer k8s.io modules).
+const prometheusOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
 // testRecheck is how often the operator under test rediscovers optional CRDs.
 const testRecheck = time.Second
 
@@ -71,11 +77,13 @@ func TestEnvtestController(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	// Debug level, so that the check that no Secret value reaches the log covers every level.
+	logf.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, operatorLog)), zap.UseDevMode(true)))
 	SetDefaultEventuallyTimeout(20 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	env, cfg := startControlPlane(crdPaths(true))
+	adminConfig = cfg
 	k8sClient = newClient(cfg)
 	startOperator(operatorConfig(env, k8sClient))
 })
@@ -110,19 +118,27 @@ func envtestAssets() string {
 }
 
 // crdPaths lists the CRDs to install: the KVRouter CRD, and with thirdParty the real CRDs of
-// Gateway API (standard channel), LeaderWorkerSet and KEDA's ScaledObject, read from the Go
-// module cache.
+// Gateway API (standard channel), LeaderWorkerSet, KEDA's ScaledObject and the Prometheus
+// Operator's ServiceMonitor and PodMonitor, read from the Go module cache.
 func crdPaths(thirdParty bool) []string {
 	root := repoRoot()
 	paths := []string{filepath.Join(root, "config", "crd", "bases")}
 	if !thirdParty {
 		return paths
 	}
-	return append(paths,
+	return append(append(paths,
 		gatewayAPICRDs(),
 		filepath.Join(moduleDir(root, "sigs.k8s.io/lws"), "config", "crd", "bases"),
 		filepath.Join(downloadModule(kedaModule), "config", "crd", "bases", "keda.sh_scaledobjects.yaml"),
-	)
+	), monitoringCRDs()...)
+}
+
+func monitoringCRDs() []string {
+	dir := filepath.Join(downloadModule(prometheusOperatorModule), "example", "prometheus-operator-crd")
+	return []string{
+		filepath.Join(dir, "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
+	}
 }
 
 func gatewayAPICRDs() string {
@@ -167,6 +183,7 @@ func startControlPlane(crds []string) (*envtest.Environment, *rest.Config) {
 		BinaryAssetsDirectory: envtestAssets(),
 		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true},
 	}
+	auditControlPlane(env) // rbac_test.go
 	start := time.Now()
 	cfg, err := env.Start()
 	Expect(err).NotTo(HaveOccurred())
@@ -186,7 +203,7 @@ func operatorConfig(env *envtest.Environment, admin client.Client) *rest.Config 
 	role := &rbacv1.ClusterRole{}
 	Expect(yaml.Unmarshal(data, role)).To(Succeed())
 	Expect(role.Rules).NotTo(BeEmpty())
-	const user = "kvrouter-operator-under-test"
+	const user = operatorUser
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
@@ -215,6 +232,9 @@ func newClient(cfg *rest.Config) client.Client {
 // startOperator runs the manager the way cmd/manager does (same scheme, cache restrictions and
 // reconciler) until the enclosing node ends; its cleanup runs before the control plane's.
 func startOperator(cfg *rest.Config) {
+	// The audit log tells the operator's requests from the test's own as the same user.
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = operatorUserAgent
 	scheme, err := NewScheme()
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -230,7 +250,7 @@ func startOperator(cfg *rest.Config) {
 		Client:             mgr.GetClient(),
 		Scheme:             mgr.GetScheme(),
 		Recorder:           mgr.GetEventRecorder("kvrouter-operator"),
-		RenderOptions:      render.Options{Image: "kvrouter:test"},
+		RenderOptions:      render.Options{RouterImage: "kvrouter:test", SimulatorImage: "kvrouter:test"},
 		RecheckInterval:    testRecheck,
 		RouterURL:          stubRouterURL,
 		StatusPollInterval: testStatusPoll,

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/render"
 )
 
@@ -55,6 +56,15 @@ var _ = Describe("KVRouter validation", func() {
 		Entry("extraArgs using the short alias -tp",
 			makeKVRouter("", "bad-args-short").ExtraArgs("-tp", "4"),
 			"spec.engine.extraArgs must not set a flag the operator manages"),
+		Entry("a cache PVC that cannot name a claim",
+			makeKVRouter("", "bad-pvc").With(func(k *v1alpha1.KVRouter) { k.Spec.Model.CachePVC = "Model_Cache" }),
+			"spec.model.cachePVC: Invalid value"),
+		Entry("an HF token Secret that cannot name a Secret",
+			makeKVRouter("", "bad-token").With(func(k *v1alpha1.KVRouter) { k.Spec.Model.HFTokenSecret = "hf token" }),
+			"spec.model.hfTokenSecret: Invalid value"),
+		Entry("a GPU product that is not a label value",
+			makeKVRouter("", "bad-gpu").With(func(k *v1alpha1.KVRouter) { k.Spec.Engine.GPU.Product = "NVIDIA H100" }),
+			"spec.engine.gpu.product: Invalid value"),
 		Entry("env overriding PYTHONHASHSEED",
 			makeKVRouter("", "bad-env").Env("PYTHONHASHSEED", "1"),
 			"spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP"),

@@ -6,15 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -80,7 +85,9 @@ func (w *kvrWrapper) Autoscaling(minReplicas, maxReplicas int32) *kvrWrapper {
 	return w
 }
 
-func (w *kvrWrapper) Obj() *v1alpha1.KVRouter { return w.kvr.DeepCopy() }
+// With changes what no other method sets.
+func (w *kvrWrapper) With(mutate func(*v1alpha1.KVRouter)) *kvrWrapper { mutate(&w.kvr); return w }
+func (w *kvrWrapper) Obj() *v1alpha1.KVRouter                          { return w.kvr.DeepCopy() }
 
 // readManifest decodes a KVRouter from testdata.
 func readManifest(name string) *v1alpha1.KVRouter {
@@ -130,11 +137,69 @@ func reload(g Gomega, c client.Client, kvr *v1alpha1.KVRouter) *v1alpha1.KVRoute
 
 // update applies mutate to the latest kvr and writes it, retrying on conflicts.
 func update(c client.Client, kvr *v1alpha1.KVRouter, mutate func(*v1alpha1.KVRouter)) {
+	modify(c, kvr.DeepCopy(), mutate)
+}
+
+// conflictBackoff outlasts a burst of the controller's writes: each reconcile of a spec change
+// writes the status once or twice, so a handful of tries a few milliseconds apart always wins.
+var conflictBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: time.Second}
+
+// modify re-reads obj, applies mutate and writes it with a plain update, as an HPA or a person
+// with kubectl would; it retries only on conflicts. The operator writes the same objects (spec
+// applies on children, status on KVRouters) while specs run, so a write based on an earlier read
+// loses the race now and then: "the object has been modified". Any other error fails at once.
+func modify[T client.Object](c client.Client, obj T, mutate func(T), opts ...client.UpdateOption) {
+	GinkgoHelper()
+	Expect(retry.RetryOnConflict(conflictBackoff, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return c.Update(context.Background(), obj, opts...)
+	})).To(Succeed())
+}
+
+// modifyStatus is modify for the status subresource.
+func modifyStatus[T client.Object](c client.Client, obj T, mutate func(T)) {
+	GinkgoHelper()
+	Expect(retry.RetryOnConflict(conflictBackoff, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return c.Status().Update(context.Background(), obj)
+	})).To(Succeed())
+}
+
+// settledValue returns what read returns once two reads 300 ms apart agree. A change sets off writes
+// by both controllers (the reconciler's status, the status poller's conditions), and the last of
+// them can land just after the assertions on the change pass; a steady-state check that starts
+// from an earlier read would see that write and fail.
+func settledValue[T comparable](read func(Gomega) T) T {
+	GinkgoHelper()
+	var v T
 	Eventually(func(g Gomega) {
-		cur := reload(g, c, kvr)
-		mutate(cur)
-		g.Expect(c.Update(context.Background(), cur)).To(Succeed())
+		before := read(g)
+		time.Sleep(300 * time.Millisecond)
+		v = read(g)
+		g.Expect(v).To(Equal(before))
 	}).Should(Succeed())
+	return v
+}
+
+// scaleTo sets kvr's replicas through the scale subresource the way `kubectl scale` does: read
+// the latest Scale, change spec.replicas, update, and retry on conflicts (the Scale carries the
+// KVRouter's resourceVersion, which every status write of the controller moves).
+func scaleTo(c client.Client, kvr *v1alpha1.KVRouter, replicas int32) {
+	GinkgoHelper()
+	Expect(retry.RetryOnConflict(conflictBackoff, func() error {
+		scale := &autoscalingv1.Scale{}
+		if err := c.SubResource("scale").Get(context.Background(), kvr, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = replicas
+		return c.SubResource("scale").Update(context.Background(), kvr, client.WithSubResourceBody(scale))
+	})).To(Succeed())
 }
 
 // condition returns the condition t of kvr, or an empty one if it is not set.
@@ -158,9 +223,12 @@ func expectCondition(g Gomega, kvr *v1alpha1.KVRouter, t string, status metav1.C
 // setDeploymentReady writes the status a deployment controller would write once ready of the
 // Deployment's replicas are ready (envtest runs no controllers).
 func setDeploymentReady(c client.Client, ns, name string, ready int32) {
+	GinkgoHelper()
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	Eventually(func(g Gomega) {
-		d := &appsv1.Deployment{}
-		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, d)).To(Succeed())
+		g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(d), d)).To(Succeed())
+	}).Should(Succeed())
+	modifyStatus(c, d, func(d *appsv1.Deployment) {
 		want := ptr.Deref(d.Spec.Replicas, 1)
 		d.Status = appsv1.DeploymentStatus{
 			ObservedGeneration: d.Generation,
@@ -169,8 +237,7 @@ func setDeploymentReady(c client.Client, ns, name string, ready int32) {
 			ReadyReplicas:      ready,
 			AvailableReplicas:  ready,
 		}
-		g.Expect(c.Status().Update(context.Background(), d)).To(Succeed())
-	}).Should(Succeed())
+	})
 }
 
 // eventReasons lists the reasons of the Events about kvr.

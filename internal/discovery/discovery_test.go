@@ -167,11 +167,12 @@ func enginePod(name, ip string, ready bool) *corev1.Pod {
 
 // runKubernetesScenario drives pods through add, ready, other-router, delete and checks the
 // endpoint list; it runs against a fake clientset and, in the envtest test, a real API server.
-func runKubernetesScenario(t *testing.T, cs kubernetes.Interface) {
+// Discovery reads through watcher; the scenario writes pods through cs.
+func runKubernetesScenario(t *testing.T, watcher, cs kubernetes.Interface) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "engine", "serving.kvrouter.dev/kvrouter": "r1"})
-	k := &Kubernetes{Client: cs, Namespace: "ns", Selector: sel, HTTPPort: 9999, Log: logr.Discard(), Debounce: 20 * time.Millisecond}
+	k := &Kubernetes{Client: watcher, Namespace: "ns", Selector: sel, HTTPPort: 9999, Log: logr.Discard(), Debounce: 20 * time.Millisecond}
 	c := newCollector()
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx, c.update) }()
@@ -223,7 +224,8 @@ func runKubernetesScenario(t *testing.T, cs kubernetes.Interface) {
 }
 
 func TestKubernetesFakeClient(t *testing.T) {
-	runKubernetesScenario(t, fake.NewClientset())
+	cs := fake.NewClientset()
+	runKubernetesScenario(t, cs, cs)
 }
 
 func TestKubernetesNoIPNoPortFallback(t *testing.T) {

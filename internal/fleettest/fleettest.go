@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,6 +94,9 @@ type Proc struct {
 	cmd  *exec.Cmd
 	out  *SyncBuffer
 	done chan struct{}
+	// Name and Args are what Start ran, so a test can start the same process again.
+	Name string
+	Args []string
 }
 
 // Start runs a binary built by Main (name is "vllm-sim" or "router"); the process is killed when
@@ -105,7 +109,7 @@ func Start(t *testing.T, name string, args ...string) *Proc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Proc{cmd: cmd, out: out, done: make(chan struct{})}
+	p := &Proc{cmd: cmd, out: out, done: make(chan struct{}), Name: name, Args: args}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.Kill()
@@ -126,6 +130,37 @@ func (p *Proc) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
+
+// Stop sends SIGTERM and waits for the process to exit (a graceful shutdown); after grace it
+// kills it. It reports whether the process exited on its own.
+func (p *Proc) Stop(grace time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(grace):
+		p.Kill()
+		return false
+	}
+}
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Output is what the process wrote to stdout and stderr so far.
+func (p *Proc) Output() string { return p.out.String() }
 
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
@@ -162,9 +197,19 @@ type Engine struct {
 // simulated seconds per wall second (< 1 slows it down); extra adds vllm-sim flags.
 func StartEngine(t *testing.T, name, timeScale string, extra ...string) *Engine {
 	t.Helper()
+	return StartEngineKV(t, name, timeScale, "", extra...)
+}
+
+// StartEngineKV is StartEngine with more members of --kv-events-config (e.g. `"buffer_steps":8`
+// for a short replay buffer).
+func StartEngineKV(t *testing.T, name, timeScale, kvExtra string, extra ...string) *Engine {
+	t.Helper()
 	hp, rp := FreePort(t), FreePort(t)
 	events := EventsEndpoint(t)
-	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"%s","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@%s@m"}`, events, rp, name)
+	if kvExtra != "" {
+		kvExtra = "," + kvExtra
+	}
+	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"%s","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@%s@m"%s}`, events, rp, name, kvExtra)
 	args := append([]string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
 		"--host", "127.0.0.1", "--port", fmt.Sprint(hp), "--block-size", "16",
 		"--prefix-caching-hash-algo", "sha256_cbor", "--kv-events-config", kv, "--time-scale", timeScale}, extra...)
@@ -172,6 +217,16 @@ func StartEngine(t *testing.T, name, timeScale string, extra ...string) *Engine 
 		Events: events, Replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp), Proc: Start(t, "vllm-sim", args...)}
 	WaitOK(t, e.URL+"/health")
 	return e
+}
+
+// Restart kills the engine's process and starts a new one with the same command line (same
+// ports): what a crashed and restarted vLLM pod looks like to the router, with an empty cache
+// and the event sequence back at 0.
+func (e *Engine) Restart(t *testing.T) {
+	t.Helper()
+	e.Proc.Kill()
+	e.Proc = Start(t, "vllm-sim", e.Proc.Args...)
+	WaitOK(t, e.URL+"/health")
 }
 
 // EndpointsYAML is the router's endpoints file for engines; notReady names engines listed with
@@ -190,6 +245,20 @@ func EndpointsYAML(engines []*Engine, notReady ...string) []byte {
 	return []byte(b.String())
 }
 
+// ReplaceFile replaces path with data by writing a temporary file and renaming it, so that a
+// file watcher (the router's endpoints file) never reads a half-written file, as with a
+// ConfigMap volume's symlink swap.
+func ReplaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // WriteEndpoints writes EndpointsYAML to a new file in the test's temporary directory and
 // returns its path.
 func WriteEndpoints(t *testing.T, engines []*Engine, notReady ...string) string {
@@ -203,20 +272,36 @@ func WriteEndpoints(t *testing.T, engines []*Engine, notReady ...string) string 
 
 // Router is a running router with file discovery on loopback.
 type Router struct {
-	URL  string
-	Proc *Proc
+	URL string
+	// DebugURL is the router's debug listener (--pprof-addr): /debug/pprof and /debug/kvindex.
+	DebugURL string
+	Proc     *Proc
 }
 
 // StartRouter runs the router on endpointsFile (scraping every 200ms unless args say otherwise)
-// and waits until it is healthy; args add router flags.
+// with its debug listener on another loopback port, and waits until it is healthy; args add
+// router flags.
 func StartRouter(t *testing.T, endpointsFile string, args ...string) *Router {
 	t.Helper()
-	port := FreePort(t)
+	port, debug := FreePort(t), FreePort(t)
 	all := append([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--endpoints-file", endpointsFile,
-		"--scrape-interval", "200ms"}, args...)
-	r := &Router{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Proc: Start(t, "router", all...)}
+		"--scrape-interval", "200ms", "--pprof-addr", fmt.Sprintf("127.0.0.1:%d", debug)}, args...)
+	r := &Router{URL: fmt.Sprintf("http://127.0.0.1:%d", port), DebugURL: fmt.Sprintf("http://127.0.0.1:%d", debug),
+		Proc: Start(t, "router", all...)}
 	WaitOK(t, r.URL+"/health")
 	return r
+}
+
+// Restart stops the router gracefully (SIGTERM: in-flight requests finish, within grace) and
+// starts it again with the same command line and ports. It returns when the new process is
+// healthy, with the time from the signal until then.
+func (r *Router) Restart(t *testing.T, grace time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	r.Proc.Stop(grace)
+	r.Proc = Start(t, "router", r.Proc.Args...)
+	WaitOK(t, r.URL+"/health")
+	return time.Since(start)
 }
 
 // WaitOK polls url until it answers 200, failing the test after 20s.

@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -379,5 +381,45 @@ func (ix *Index) SourceBlocks(src SourceID) map[Key][kvevents.NumMedia]bool {
 		}
 		out[k] = v
 	}
+	return out
+}
+
+// SourceHashes returns the engine block hashes the index holds for one source on medium m,
+// sorted: what the index believes the engine has stored there and not removed. Unlike content
+// keys these are the engine's own names for its blocks, so they can be compared with what the
+// engine reports holding (vllm-sim's GET /sim/cache). O(entries of the source); for debugging
+// and consistency checks.
+func (ix *Index) SourceHashes(src SourceID, m kvevents.Medium) []uint64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	sid, ok := ix.srcIDs[src]
+	if !ok {
+		return []uint64{}
+	}
+	out := make([]uint64, 0, len(ix.srcs[sid].recs))
+	for h, r := range ix.srcs[sid].recs {
+		if ix.valid(r) && r.refs(m) > 0 {
+			out = append(out, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Sources lists the sources the index keeps state for (entries or predictions, or only an id
+// reserved by earlier ones), sorted.
+func (ix *Index) Sources() []SourceID {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]SourceID, 0, len(ix.srcIDs))
+	for id := range ix.srcIDs {
+		out = append(out, id)
+	}
+	slices.SortFunc(out, func(a, b SourceID) int {
+		if c := strings.Compare(a.Endpoint, b.Endpoint); c != 0 {
+			return c
+		}
+		return a.Rank - b.Rank
+	})
 	return out
 }

@@ -82,7 +82,8 @@ type SourceStatus struct {
 	// Partial is true after the source's entries were dropped because a gap could not be
 	// repaired (replay buffer too short, no replay endpoint, undecodable batch): the index holds
 	// a subset of the engine's cache (never more) until events re-announce the rest. A restart
-	// resets it (the engine's cache is empty too). PartialReason says what happened.
+	// or an AllBlocksCleared event resets it (the engine's cache is empty then). PartialReason
+	// says what happened.
 	Partial       bool   `json:"partial"`
 	PartialReason string `json:"partialReason,omitempty"`
 	// Stale is true when the index may not follow the engine now: not connected, or no batch for

@@ -167,11 +167,16 @@ func (s *subscriber) catchUp(ctx context.Context) {
 			msgs = msgs[1:] // the same engine: continue after the batch we have
 		case len(msgs) == 0 || msgs[0].Seq <= from:
 			// Nothing at or after our last batch (an idle engine still buffers it), or another
-			// batch under its number: the engine restarted.
+			// batch under its number: the engine restarted. The new process may already have
+			// published batches below our old number, to nobody (we were away): fetch them
+			// from 0, or its blocks stay unknown until it happens to publish again.
 			s.restarted()
-			if len(msgs) > 0 {
-				if msgs, err = s.tr.Replay(ctx, s.replayURL, 0, s.cfg.ReplayTimeout); err != nil && ctx.Err() == nil {
-					s.log.Info("kv events catch-up replay failed", "err", err.Error())
+			if msgs, err = s.tr.Replay(ctx, s.replayURL, 0, s.cfg.ReplayTimeout); err != nil && ctx.Err() == nil {
+				s.log.Info("kv events catch-up replay failed", "err", err.Error())
+				if len(msgs) == 0 {
+					s.replayFailed(fmt.Sprintf("catch-up replay from 0 after a restart: %v", err))
+					s.resync = true
+					return
 				}
 			}
 		}
@@ -338,6 +343,11 @@ func (s *subscriber) apply(seq uint64) {
 	now := s.cfg.Now()
 	lag := now.Sub(time.Unix(0, int64(s.batch.TS*1e9)))
 	s.update(func(ss *SourceStatus) {
+		if st.Cleared {
+			// The engine emptied its cache (reset_prefix_cache): whatever the index missed
+			// before is gone from the engine too, so from here on it follows it exactly.
+			ss.Partial, ss.PartialReason = false, ""
+		}
 		ss.LastSeq = seq
 		ss.Batches++
 		ss.Blocks += uint64(st.BlocksStored + st.BlocksRemoved)

@@ -57,6 +57,33 @@ func TestParseMetrics(t *testing.T) {
 	}
 }
 
+// TestParseMetricsRenamedMetrics covers engines from before vLLM 0.9 renamed
+// vllm:gpu_cache_usage_perc to vllm:kv_cache_usage_perc and vllm:gpu_prefix_cache_* to
+// vllm:prefix_cache_*, and the versions in between that expose both names.
+func TestParseMetricsRenamedMetrics(t *testing.T) {
+	old := `# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.3
+# TYPE vllm:gpu_prefix_cache_queries counter
+vllm:gpu_prefix_cache_queries_total{engine="0",model_name="m"} 500
+# TYPE vllm:gpu_prefix_cache_hits counter
+vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 100
+`
+	m, err := ParseMetrics(strings.NewReader(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.KVUsage != 0.3 || m.PrefixQueries != 500 || m.PrefixHits != 100 {
+		t.Errorf("old names only: %+v, want KV usage 0.3, 500 queries, 100 hits", m)
+	}
+	both, err := ParseMetrics(strings.NewReader(vllmMetrics(3, 2, 0.42, 1000, 750, 5) + old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both.KVUsage != 0.42 || both.PrefixQueries != 1000 || both.PrefixHits != 750 {
+		t.Errorf("both names: %+v, want the current names' values (KV usage 0.42, 1000 queries, 750 hits), not the old ones or sums", both)
+	}
+}
+
 func TestTicketAccounting(t *testing.T) {
 	tr := NewTracker()
 	a := tr.Dispatch("e0", 1000, 1500)

@@ -25,7 +25,10 @@ type EngineMetrics struct {
 	BlockSize, HashAlgo string
 }
 
-// Metric names as vLLM exposes them (../shared/design/vllm-contract.md §5).
+// Metric names as vLLM exposes them (../shared/design/vllm-contract.md §5). mKVUsageOld and the
+// mPrefixOld counters are the names of vLLM before 0.9 (later versions can still show them as
+// deprecated metrics); they are read only when the current name is absent, so an engine that
+// exposes both is counted once.
 const (
 	mRunning       = "vllm:num_requests_running"
 	mWaiting       = "vllm:num_requests_waiting"
@@ -33,6 +36,7 @@ const (
 	mKVUsageOld    = "vllm:gpu_cache_usage_perc"
 	mPrefixQueries = "vllm:prefix_cache_queries"
 	mPrefixHits    = "vllm:prefix_cache_hits"
+	mPrefixOld     = "vllm:gpu_prefix_cache_"
 	mPreemptions   = "vllm:num_preemptions"
 	mPromptTokens  = "vllm:prompt_tokens"
 	mGenTokens     = "vllm:generation_tokens"
@@ -60,8 +64,8 @@ func ParseMetrics(r io.Reader) (EngineMetrics, error) {
 	} else if f := fams[mKVUsageOld]; f != nil {
 		m.KVUsage = maxOf(f)
 	}
-	m.PrefixQueries = counter(fams, mPrefixQueries)
-	m.PrefixHits = counter(fams, mPrefixHits)
+	m.PrefixQueries = counterOr(fams, mPrefixQueries, mPrefixOld+"queries")
+	m.PrefixHits = counterOr(fams, mPrefixHits, mPrefixOld+"hits")
 	m.Preemptions = counter(fams, mPreemptions)
 	m.PromptTokens = counter(fams, mPromptTokens)
 	m.GenTokens = counter(fams, mGenTokens)
@@ -76,6 +80,14 @@ func ParseMetrics(r io.Reader) (EngineMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// counterOr reads counter name, or old when the page has no family called name.
+func counterOr(fams map[string]*dto.MetricFamily, name, old string) float64 {
+	if fams[name] == nil && fams[name+"_total"] == nil {
+		return counter(fams, old)
+	}
+	return counter(fams, name)
 }
 
 func counter(fams map[string]*dto.MetricFamily, name string) float64 {
@@ -120,7 +132,7 @@ func maxOf(f *dto.MetricFamily) float64 {
 // wanted are the name prefixes of the families ParseMetrics reads.
 var wanted = [][]byte{
 	[]byte(mRunning), []byte(mWaiting), []byte(mKVUsage), []byte(mKVUsageOld), []byte(mPrefixQueries),
-	[]byte(mPrefixHits), []byte(mPreemptions), []byte(mPromptTokens), []byte(mGenTokens), []byte(mCacheConfig),
+	[]byte(mPrefixHits), []byte(mPrefixOld), []byte(mPreemptions), []byte(mPromptTokens), []byte(mGenTokens), []byte(mCacheConfig),
 }
 
 // keepWanted drops the lines of families the router does not read before the text parser sees

@@ -1,15 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
 )
 
 // topLevel validates body as one JSON object and returns the raw bytes of each of its members'
-// values, by key (the last one wins for a repeated key, as with encoding/json). The values are
-// sub-slices of body, not copies.
+// values, by unescaped key (the last one wins for a repeated key, as with encoding/json). The
+// values are sub-slices of body, not copies.
 //
 // It is written by hand because it runs on every request over the whole body, and bodies carry
 // prompts of hundreds of kilobytes: encoding/json validates and then decodes (two scans plus a
@@ -47,8 +49,14 @@ func topLevel(body []byte) (map[string][]byte, error) {
 			if err := p.value(1); err != nil {
 				return nil, err
 			}
-			// Keys with escapes are stored as written; the router reads none of those.
-			fields[string(key)] = p.b[vs:p.i]
+			k := string(key)
+			if bytes.IndexByte(key, '\\') >= 0 {
+				// An escaped key names the same member as its plain spelling for every JSON
+				// reader, the engine's included: {"mod\u0065l": ...} is the model. Rare, so
+				// encoding/json may unescape it (the literal is valid: it cannot fail).
+				_ = json.Unmarshal(p.b[ks:ks+len(key)+2], &k)
+			}
+			fields[k] = p.b[vs:p.i]
 			p.ws()
 			if p.i < len(p.b) && p.b[p.i] == ',' {
 				p.i++

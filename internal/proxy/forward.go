@@ -125,7 +125,8 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 		writeError(x.w, http.StatusInternalServerError, "server_error", "cannot build upstream request: "+err.Error(), "")
 		return false
 	}
-	copyHeaders(req.Header, x.r.Header) // Authorization included: the engine checks its API key
+	copyHeaders(req.Header, x.r.Header)
+	s.cfg.Auth.setUpstream(req.Header, x.r.Header.Get("Authorization"))
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = int64(len(x.body))
 	if rt.ranks > 1 {

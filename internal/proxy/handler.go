@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -48,6 +49,8 @@ type inference struct {
 	ChatTemplate         *string         `json:"chat_template"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
 	Tools                json.RawMessage `json:"tools"`
+	// authorization is what the router's /tokenize call for this request sends (auth.go).
+	authorization string
 }
 
 // parseInference reads the fields the router needs from the body's top-level members. Large
@@ -85,12 +88,24 @@ func parseInference(fields map[string][]byte) (inference, string, error) {
 func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.counters.requests.Add(1)
+		// A client trickling its body (slowloris) would hold this handler for ever: bound the
+		// read. The deadline is lifted once the body is in, so that the connection's reads,
+		// which notice a client leaving mid-stream, go on for as long as the answer takes.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) // the network's clock, not s.now
 		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+		_ = rc.SetReadDeadline(time.Time{})
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				s.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error",
 					fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes), "")
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				w.Header().Set("Connection", "close")
+				s.fail(w, http.StatusRequestTimeout, "invalid_request_error",
+					fmt.Sprintf("request body not received within %v", s.cfg.BodyReadTimeout), "")
 				return
 			}
 			s.fail(w, http.StatusBadRequest, "invalid_request_error", "cannot read request body: "+err.Error(), "")
@@ -132,6 +147,7 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 		}
 
 		t := s.tbl.Load()
+		req.authorization = s.cfg.Auth.upstreamAuthorization(r.Header.Get("Authorization"))
 		tokens, tokenized := s.tokens(r.Context(), t, kind, &req)
 		maxTokens := 0
 		if req.MaxCompletionTokens != nil {
@@ -203,7 +219,7 @@ func (s *Server) tokens(ctx context.Context, t *table, kind apiKind, req *infere
 	var toks []uint32
 	var err error
 	if kind == kindCompletion {
-		cr := tokenize.CompletionRequest{Model: req.Model, AddSpecialTokens: req.AddSpecialTokens}
+		cr := tokenize.CompletionRequest{Model: req.Model, AddSpecialTokens: req.AddSpecialTokens, Authorization: req.authorization}
 		if raw := bytes.TrimSpace(req.Prompt); len(raw) > 0 && raw[0] == '"' {
 			cr.RawPrompt = raw // already validated by the request's decode: pass it through
 		} else if text, ok := promptText(req.Prompt); ok {
@@ -217,7 +233,7 @@ func (s *Server) tokens(ctx context.Context, t *table, kind apiKind, req *infere
 		toks, err = s.tok.Chat(ctx, base, tokenize.ChatRequest{Model: req.Model, Messages: req.Messages,
 			AddGenerationPrompt: req.AddGenerationPrompt, ContinueFinalMessage: req.ContinueFinalMessage,
 			AddSpecialTokens: req.AddSpecialTokens, ChatTemplate: req.ChatTemplate,
-			ChatTemplateKwargs: req.ChatTemplateKwargs, Tools: req.Tools})
+			ChatTemplateKwargs: req.ChatTemplateKwargs, Tools: req.Tools, Authorization: req.authorization})
 	}
 	s.metrics.tokenizeSeconds.Observe(s.now().Sub(start).Seconds())
 	if err != nil {

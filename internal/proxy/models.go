@@ -120,6 +120,7 @@ func (c *modelCache) fetch(ctx context.Context, base string) (*modelList, error)
 	if err != nil {
 		return nil, err
 	}
+	c.s.cfg.Auth.setUpstream(req.Header, "")
 	resp, err := c.s.client.Do(req)
 	if err != nil {
 		return nil, err

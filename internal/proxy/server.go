@@ -53,6 +53,9 @@ type Config struct {
 	SessionHeader string
 	// MaxBodyBytes limits a request body (413 beyond). Default 16 MiB.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds reading a request's body (408 beyond), so that slow-body clients
+	// cannot hold handlers indefinitely. Default 1 min.
+	BodyReadTimeout time.Duration
 	// ReportModeFull injects vllm_xargs.kv_cache_report_mode=full into every request, so that
 	// engines re-announce prefix hits as events and the index learns about blocks it missed.
 	ReportModeFull bool
@@ -76,11 +79,16 @@ type Config struct {
 	// tokens (16 MiB); negative disables the cache.
 	TokenizeTimeout time.Duration
 	TokenizeCache   int
+	// Auth: the keys clients must present and the key the engines require (see auth.go).
+	Auth Auth
 }
 
 func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 16 << 20
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = time.Minute
 	}
 	if c.UpstreamHeaderTimeout <= 0 {
 		c.UpstreamHeaderTimeout = 10 * time.Minute

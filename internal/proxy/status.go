@@ -34,7 +34,7 @@ func (s *Server) Handler(metricsHandler http.Handler) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), "")
 	})
-	return mux
+	return s.requireKey(mux)
 }
 
 func (s *Server) readyCount() int {
@@ -59,8 +59,8 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// handleModels passes the listing through from a ready engine (with the client's
-// Authorization), so clients see exactly what the engines serve.
+// handleModels passes the listing through from a ready engine (with the Authorization proxied
+// requests carry, see auth.go), so clients see exactly what the engines serve.
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	t := s.tbl.Load()
 	now := s.now()
@@ -74,6 +74,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		copyHeaders(req.Header, r.Header)
+		s.cfg.Auth.setUpstream(req.Header, r.Header.Get("Authorization"))
 		resp, err := s.client.Do(req)
 		if err != nil {
 			s.markDown(rt.ep.Name)

@@ -78,4 +78,5 @@ func Default(kvr *v1alpha1.KVRouter) {
 			a.TargetQueueDepth = 4
 		}
 	}
+	defaultAPIKeys(kvr)
 }

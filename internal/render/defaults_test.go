@@ -11,6 +11,7 @@ import (
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
@@ -29,6 +30,7 @@ func TestDefaultMatchesCRD(t *testing.T) {
 		"only the model": wrappers.MakeKVRouter("m", "ns").Obj(),
 		"autoscaling":    wrappers.MakeKVRouter("m", "ns").Autoscaling(0, 3).Obj(),
 		"prometheus":     wrappers.MakeKVRouter("m", "ns").Autoscaling(2, 3).Prometheus("http://p:9090").Obj(),
+		"api keys":       wrappers.MakeKVRouter("m", "ns").RouterAPIKeySecret("r", "").EngineAPIKeySecret("e", "mine").Obj(),
 		"partly set": wrappers.MakeKVRouter("m", "ns").TensorParallel(2).GPU("NVIDIA-A100-SXM4-80GB", 0).
 			Replicas(0).Policy(v1alpha1.PolicyRoundRobin).Gateway("gw", "", "h").Simulate().Obj(),
 		"every field set": wrappers.MakeKVRouter("m", "ns").EngineImage("vllm/vllm-openai:v0.30.0").Replicas(5).
@@ -39,14 +41,7 @@ func TestDefaultMatchesCRD(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// What the API server stores: the schema's defaults applied to the JSON the
 			// client sent, read back into the Go type.
-			b, err := json.Marshal(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var obj map[string]any
-			if err := json.Unmarshal(b, &obj); err != nil {
-				t.Fatal(err)
-			}
+			obj := requestBody(t, in)
 			structuraldefaulting.Default(obj, schema)
 			var fromServer v1alpha1.KVRouter
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &fromServer); err != nil {
@@ -64,7 +59,30 @@ func TestDefaultMatchesCRD(t *testing.T) {
 	}
 }
 
-func loadStructuralSchema(t *testing.T) *structuralschema.Structural {
+// requestBody is kvr as the API server decodes a request carrying it: JSON, with integers as
+// int64 (which CEL rules compare with the schema's integers).
+func requestBody(t testing.TB, kvr *v1alpha1.KVRouter) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(kvr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(b, &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+func loadStructuralSchema(t testing.TB) *structuralschema.Structural {
+	t.Helper()
+	_, s := loadCRDSchema(t)
+	return s
+}
+
+// loadCRDSchema returns the generated CRD's schema of the served version, in the API server's
+// internal form (for its OpenAPI validator) and as a structural schema (for defaulting and CEL).
+func loadCRDSchema(t testing.TB) (*apiextensionsinternal.JSONSchemaProps, *structuralschema.Structural) {
 	t.Helper()
 	b, err := os.ReadFile(crdPath)
 	if err != nil {
@@ -86,8 +104,8 @@ func loadStructuralSchema(t *testing.T) *structuralschema.Structural {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		return &internal, s
 	}
 	t.Fatalf("%s has no version %s", crdPath, v1alpha1.GroupVersion.Version)
-	return nil
+	return nil, nil
 }

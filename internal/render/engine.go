@@ -24,14 +24,16 @@ const (
 	// GPUProductLabel is set on nodes by GPU Feature Discovery.
 	GPUProductLabel = "nvidia.com/gpu.product"
 
-	// PythonHashSeed seeds vLLM's block-hash chain. It must equal the seed the router's index
-	// assumes; without it vLLM seeds the chain randomly per process and no two engines (nor the
-	// router) agree on a block's hash.
+	// PythonHashSeed seeds vLLM's block-hash chain. Without it vLLM seeds the chain randomly per
+	// process, so no two engines (nor one engine across restarts) agree on a block's hash. The
+	// router does not need that (its index keys blocks by content), but what reads vLLM's hashes
+	// does: KV-transfer and offloading connectors, and hash-keyed indexers such as llm-d's.
 	PythonHashSeed = "0"
 
 	homeDir      = "/home/vllm"
 	modelsDir    = "/models"
 	volumeHome   = "home"
+	volumeTmp    = "tmp"
 	volumeShm    = "dshm"
 	volumeModels = "model-cache"
 
@@ -131,11 +133,12 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 		SecurityContext: containerSecurityContext(sim),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: volumeHome, MountPath: homeDir},
+			{Name: volumeTmp, MountPath: "/tmp"},
 		},
 	}
 	if sim {
 		// vllm-sim accepts vLLM's command line, so only the binary and image change.
-		c.Image = routerImage(kvr, opts)
+		c.Image = opts.simulatorImage()
 		c.Command = []string{"/vllm-sim"}
 	}
 	if role == roleServer {
@@ -151,6 +154,7 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 
 	volumes := []corev1.Volume{
 		{Name: volumeHome, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 	if !sim {
 		// NCCL exchanges tensors through shared memory; the container runtime's default 64Mi
@@ -180,8 +184,9 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 		// "vllm" in the namespace), which vLLM reads as its own configuration.
 		EnableServiceLinks:            ptr.To(false),
 		TerminationGracePeriodSeconds: ptr.To[int64](engineGracePeriod),
-		SecurityContext:               podSecurityContext(sim),
-		Tolerations:                   engineTolerations(kvr),
+		// The SCC sets fsGroup on OpenShift; a fixed one outside the namespace's range would be refused.
+		SecurityContext: podSecurityContext(engineUID(kvr, opts), !opts.PlatformAssignsUID),
+		Tolerations:     engineTolerations(kvr),
 	}
 	if !sim {
 		spec.NodeSelector = map[string]string{GPUProductLabel: e.GPU.Product}
@@ -206,16 +211,22 @@ func engineEnv(kvr *v1alpha1.KVRouter) ([]corev1.EnvVar, error) {
 		{Name: "PYTHONHASHSEED", Value: PythonHashSeed},
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		// OpenShift runs the image under a random UID whose home is not writable; vLLM and
-		// Hugging Face write caches under $HOME.
+		// Under an arbitrary UID the image's home is not writable. vLLM (~/.cache/vllm, its
+		// torch.compile cache, ~/.config/vllm), Triton (~/.triton), FlashInfer and Hugging Face
+		// resolve their caches from $HOME; the rest goes to /tmp. Both are emptyDirs.
 		{Name: "HOME", Value: homeDir},
 		{Name: "HF_HOME", Value: hfHome},
+		// torch (before 2.13) calls getpass.getuser() while importing, which reads $USER before
+		// the passwd database; a UID without a passwd entry (OpenShift's) would crash vLLM at
+		// start with "getpwuid(): uid not found".
+		{Name: "USER", Value: "vllm"},
 	}
 	if s := kvr.Spec.Model.HFTokenSecret; s != "" {
 		env = append(env, corev1.EnvVar{Name: "HF_TOKEN", ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: s}, Key: "token"},
 		}})
 	}
+	env = append(env, engineKeyEnv(kvr)...)
 	reserved := map[string]bool{}
 	for _, r := range ReservedEngineEnv {
 		reserved[r] = true
@@ -299,15 +310,38 @@ func engineTolerations(kvr *v1alpha1.KVRouter) []corev1.Toleration {
 	return t
 }
 
-// podSecurityContext is restricted-v2 friendly: no fixed UID (OpenShift assigns one from the
-// namespace's range) and the runtime's default seccomp profile. vLLM images run as root unless an
-// SCC says otherwise, so runAsNonRoot is only asserted for the kvrouter image, which is nonroot.
-func podSecurityContext(kvrouterImage bool) *corev1.PodSecurityContext {
-	sc := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
-	if kvrouterImage {
-		sc.RunAsNonRoot = ptr.To(true)
+// podSecurityContext meets Pod Security "restricted" and OpenShift's restricted-v2 SCC: never
+// root, the runtime's default seccomp profile, and a UID only when uid is set. Without one the
+// image's numeric USER applies (the kvrouter images), or the UID the SCC assigns.
+func podSecurityContext(uid *int64, fsGroup bool) *corev1.PodSecurityContext {
+	sc := &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if uid != nil {
+		sc.RunAsUser = ptr.To(*uid)
+	}
+	if uid != nil && fsGroup {
+		// Makes a cachePVC filled by another UID writable; OnRootMismatch changes ownership
+		// once rather than walking a model cache of thousands of files at every start.
+		sc.FSGroup = ptr.To(*uid)
+		sc.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
 	}
 	return sc
+}
+
+// engineUID is the UID engine pods run as, or nil to leave it to the image or the platform.
+// vLLM's image runs as root: with runAsNonRoot and no UID the kubelet would refuse to start it,
+// so outside OpenShift it runs as the image's vllm user (or the operator's EngineUID). vllm-sim's
+// image has a numeric non-root USER and needs none.
+func engineUID(kvr *v1alpha1.KVRouter, opts Options) *int64 {
+	switch {
+	case kvr.Spec.Engine.RunAsUser != nil:
+		return kvr.Spec.Engine.RunAsUser
+	case kvr.Spec.Simulate || opts.PlatformAssignsUID:
+		return nil
+	}
+	return ptr.To(opts.engineUID())
 }
 
 // containerSecurityContext drops every capability and privilege escalation. The root filesystem

@@ -53,6 +53,12 @@ func ScaledObjectName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engin
 // NetworkPolicyName names the NetworkPolicy that guards the engines' ports.
 func NetworkPolicyName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
 
+// ServiceMonitorName names the ServiceMonitor that scrapes the router.
+func ServiceMonitorName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-router" }
+
+// PodMonitorName names the PodMonitor that scrapes the engines.
+func PodMonitorName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
+
 // ServedName is the model name clients send: spec.model.servedName, else metadata.name.
 func ServedName(kvr *v1alpha1.KVRouter) string {
 	if kvr.Spec.Model.ServedName != "" {

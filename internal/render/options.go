@@ -1,23 +1,62 @@
 package render
 
-// DefaultImage is the kvrouter image (router and vllm-sim) used when Options.Image is empty.
-const DefaultImage = "ghcr.io/kvrouter/kvrouter:v0.1.0"
+// The release images of the router and of the simulated engine, used when Options leaves them
+// empty. The operator's Deployment normally sets both (RELATED_IMAGE_ROUTER,
+// RELATED_IMAGE_SIMULATOR), so these matter for `manager render` and local runs.
+const (
+	DefaultRouterImage    = "ghcr.io/kvrouter/router:v0.1.0"
+	DefaultSimulatorImage = "ghcr.io/kvrouter/vllm-sim:v0.1.0"
+)
 
 // Options are the operator-level settings that shape the objects, as opposed to the per-KVRouter
 // spec.
 type Options struct {
-	// Image is the kvrouter image that runs the router, and vllm-sim in simulate mode.
-	// spec.router.image overrides it per KVRouter. Empty: DefaultImage.
-	Image string
+	// RouterImage runs the router (/router). spec.router.image overrides it per KVRouter.
+	// Empty: DefaultRouterImage.
+	RouterImage string
+
+	// SimulatorImage runs vllm-sim (/vllm-sim) in place of vLLM when spec.simulate is true.
+	// Empty: DefaultSimulatorImage.
+	SimulatorImage string
 
 	// LabelAllowList names the labels of the KVRouter copied onto its children. Nil:
 	// DefaultLabelAllowList. An empty, non-nil list copies none.
 	LabelAllowList []string
+
+	// PlatformAssignsUID says the cluster gives every pod its UID, as OpenShift's restricted-v2
+	// SCC does (one from the namespace's range). Pods then carry no runAsUser, runAsGroup or
+	// fsGroup: any fixed value outside that range would be refused. Otherwise engine pods whose
+	// image runs as root (vLLM's) run as EngineUID, because runAsNonRoot alone makes the kubelet
+	// refuse such an image.
+	PlatformAssignsUID bool
+
+	// EngineUID is the UID of vLLM engine pods where the platform assigns none. 0:
+	// DefaultEngineUID. spec.engine.runAsUser overrides it per KVRouter.
+	EngineUID int64
 }
 
-func (o Options) image() string {
-	if o.Image == "" {
-		return DefaultImage
+// DefaultEngineUID is the vllm user (UID 2000, primary group 0) that the vllm/vllm-openai image
+// defines but does not switch to: its HOME and caches are group-0 writable, as for OpenShift's
+// arbitrary UIDs.
+const DefaultEngineUID int64 = 2000
+
+func (o Options) engineUID() int64 {
+	if o.EngineUID == 0 {
+		return DefaultEngineUID
 	}
-	return o.Image
+	return o.EngineUID
+}
+
+func (o Options) routerImage() string {
+	if o.RouterImage == "" {
+		return DefaultRouterImage
+	}
+	return o.RouterImage
+}
+
+func (o Options) simulatorImage() string {
+	if o.SimulatorImage == "" {
+		return DefaultSimulatorImage
+	}
+	return o.SimulatorImage
 }

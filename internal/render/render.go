@@ -17,8 +17,8 @@ import (
 // The KVRouter is not modified: Objects defaults and validates a copy, so it accepts both an
 // object read from the API server and a manifest read from a file. Optional kinds are included
 // whenever the spec asks for them (the HTTPRoute with spec.gateway, the ScaledObject with
-// spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1); whether their CRDs are installed
-// is for the caller to check.
+// spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1, the ServiceMonitor and PodMonitor
+// with spec.monitoring); whether their CRDs are installed is for the caller to check.
 func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 	kvr := in.DeepCopy()
 	Default(kvr)
@@ -52,6 +52,9 @@ func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 	}
 	if kvr.Spec.Autoscaling != nil {
 		objs = append(objs, scaledObject(kvr, opts))
+	}
+	if kvr.Spec.Monitoring != nil {
+		objs = append(objs, serviceMonitor(kvr, opts), podMonitor(kvr, opts))
 	}
 	return objs, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -229,90 +228,6 @@ func TestSingleNodeSelectorSelectsEnginePods(t *testing.T) {
 	}
 }
 
-func TestNetworkPolicyRestrictsKVEventPorts(t *testing.T) {
-	for _, kvr := range []*v1alpha1.KVRouter{
-		wrappers.MakeKVRouter("m", "ns").Obj(),
-		wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(),
-	} {
-		objs := mustObjects(t, kvr, render.Options{})
-		np := find[*networkingv1.NetworkPolicy](t, objs, render.NetworkPolicyName(kvr))
-		router := find[*appsv1.Deployment](t, objs, render.RouterName(kvr))
-		otherRouter := find[*appsv1.Deployment](t, mustObjects(t, wrappers.MakeKVRouter("other", "ns").Obj(), render.Options{}), "other-router")
-
-		podSel, err := metav1LabelSelector(np.Spec.PodSelector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !podSel.Matches(labels.Set(enginePodLabels(t, objs, kvr))) {
-			t.Error("NetworkPolicy does not select the engine pods")
-		}
-		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-			t.Errorf("policyTypes = %v", np.Spec.PolicyTypes)
-		}
-		for _, port := range []int{render.KVEventsPort, render.KVReplayPort} {
-			if !allowed(t, np, port, router.Spec.Template.Labels) {
-				t.Errorf("port %d closed to this KVRouter's router", port)
-			}
-			if allowed(t, np, port, otherRouter.Spec.Template.Labels) {
-				t.Errorf("port %d open to another KVRouter's router", port)
-			}
-			if allowed(t, np, port, map[string]string{"app": "anything"}) {
-				t.Errorf("port %d open to arbitrary pods", port)
-			}
-		}
-		if !allowed(t, np, render.EnginePort, map[string]string{"app": "prometheus"}) {
-			t.Error("the OpenAI port must stay open (clients, metrics)")
-		}
-		if render.EngineWorkloadKind(kvr) == "LeaderWorkerSet" {
-			lws := find[*lwsv1.LeaderWorkerSet](t, objs, render.EngineWorkloadName(kvr))
-			if !allowed(t, np, 29500, lws.Spec.LeaderWorkerTemplate.WorkerTemplate.Labels) {
-				t.Error("workers of a group cannot reach their leader's rendezvous port")
-			}
-		}
-	}
-}
-
-// allowed says whether a pod with the given labels in the same namespace may reach port on the
-// pods the policy selects.
-func allowed(t *testing.T, np *networkingv1.NetworkPolicy, port int, from map[string]string) bool {
-	t.Helper()
-	for _, rule := range np.Spec.Ingress {
-		portOK := len(rule.Ports) == 0
-		for _, p := range rule.Ports {
-			if p.Port != nil && p.Port.IntValue() == port {
-				portOK = true
-			}
-		}
-		if !portOK {
-			continue
-		}
-		if len(rule.From) == 0 {
-			return true
-		}
-		for _, peer := range rule.From {
-			if peer.NamespaceSelector != nil || peer.IPBlock != nil || peer.PodSelector == nil {
-				t.Fatalf("unexpected peer %+v", peer)
-			}
-			sel, err := metav1LabelSelector(*peer.PodSelector)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sel.Matches(labels.Set(from)) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func enginePodLabels(t *testing.T, objs []client.Object, kvr *v1alpha1.KVRouter) map[string]string {
-	t.Helper()
-	if render.EngineWorkloadKind(kvr) == "LeaderWorkerSet" {
-		return find[*lwsv1.LeaderWorkerSet](t, objs, render.EngineWorkloadName(kvr)).Spec.LeaderWorkerTemplate.LeaderTemplate.Labels
-	}
-	return find[*appsv1.Deployment](t, objs, render.EngineWorkloadName(kvr)).Spec.Template.Labels
-}
-
 func TestLabelAllowList(t *testing.T) {
 	kvr := wrappers.MakeKVRouter("m", "ns").
 		Label("argocd.argoproj.io/instance", "apps").
@@ -445,7 +360,7 @@ func TestEngineEnvMerge(t *testing.T) {
 
 func TestSimulateMode(t *testing.T) {
 	kvr := wrappers.MakeKVRouter("sim", "ns").TensorParallel(2).Simulate().Obj()
-	objs := mustObjects(t, kvr, render.Options{Image: "example.com/kvrouter:test"})
+	objs := mustObjects(t, kvr, render.Options{SimulatorImage: "example.com/kvrouter:test", RouterImage: "example.com/router:test"})
 	spec := find[*appsv1.Deployment](t, objs, "sim-engine").Spec.Template.Spec
 	c := engineContainer(t, spec)
 	if !slices.Equal(c.Command, []string{"/vllm-sim"}) || c.Image != "example.com/kvrouter:test" {
@@ -492,14 +407,14 @@ func TestRouter(t *testing.T) {
 	if *d.Spec.Replicas != 3 || d.Spec.Template.Spec.ServiceAccountName != "m-router" {
 		t.Errorf("replicas %d sa %s", *d.Spec.Replicas, d.Spec.Template.Spec.ServiceAccountName)
 	}
-	if c.Image != render.DefaultImage {
+	if c.Image != render.DefaultRouterImage {
 		t.Errorf("image %s", c.Image)
 	}
 	svc := find[*corev1.Service](t, objs, "m-router")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
 		t.Error("router Service does not select the router pods")
 	}
-	c2 := find[*appsv1.Deployment](t, mustObjects(t, wrappers.MakeKVRouter("m", "ns").RouterImage("my/router:1").Obj(), render.Options{Image: "op/image:2"}), "m-router").Spec.Template.Spec.Containers[0]
+	c2 := find[*appsv1.Deployment](t, mustObjects(t, wrappers.MakeKVRouter("m", "ns").RouterImage("my/router:1").Obj(), render.Options{RouterImage: "op/image:2"}), "m-router").Spec.Template.Spec.Containers[0]
 	if c2.Image != "my/router:1" {
 		t.Errorf("spec.router.image not used: %s", c2.Image)
 	}
@@ -624,6 +539,16 @@ func TestInvalidSpecsAreRefused(t *testing.T) {
 		"name too long":            {wrappers.MakeKVRouter(strings.Repeat("a", render.MaxNameLength+1), "ns").Obj(), "metadata.name"},
 		"no namespace":             {wrappers.MakeKVRouter("m", "").Obj(), "metadata.namespace"},
 		"no model":                 {wrappers.MakeKVRouter("m", "ns").Model("").Obj(), "spec.model.name"},
+		"PVC name with a space":    {wrappers.MakeKVRouter("m", "ns").CachePVC("model cache").Obj(), "spec.model.cachePVC"},
+		"Secret name upper-case":   {wrappers.MakeKVRouter("m", "ns").HFTokenSecret("HF").Obj(), "spec.model.hfTokenSecret"},
+		"GPU product with a space": {wrappers.MakeKVRouter("m", "ns").GPU("AMD Instinct MI300X", 8).Obj(), "spec.engine.gpu.product"},
+		"env name with a space":    {wrappers.MakeKVRouter("m", "ns").Env("MY VAR", "1").Obj(), "spec.engine.env[0].name"},
+		"monitoring on a reserved label": {withMonitoring(wrappers.MakeKVRouter("m", "ns").Obj(),
+			v1alpha1.MonitoringSpec{Labels: map[string]string{render.LabelKVRouter: "x"}}), "spec.monitoring.labels[serving.kvrouter.dev/kvrouter]"},
+		"monitoring label value": {withMonitoring(wrappers.MakeKVRouter("m", "ns").Obj(),
+			v1alpha1.MonitoringSpec{Labels: map[string]string{"release": "kube prometheus"}}), "spec.monitoring.labels"},
+		"scrape interval units out of order": {withMonitoring(wrappers.MakeKVRouter("m", "ns").Obj(),
+			v1alpha1.MonitoringSpec{Interval: "30s1m"}), "spec.monitoring.interval"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -636,5 +561,29 @@ func TestInvalidSpecsAreRefused(t *testing.T) {
 	// A value that merely looks like a managed flag's name is fine.
 	if _, err := render.Objects(wrappers.MakeKVRouter("m", "ns").ExtraArgs("--tokenizer-mode", "model").Obj(), render.Options{}); err != nil {
 		t.Errorf("valid extraArgs refused: %v", err)
+	}
+}
+
+func withMonitoring(kvr *v1alpha1.KVRouter, m v1alpha1.MonitoringSpec) *v1alpha1.KVRouter {
+	kvr.Spec.Monitoring = &m
+	return kvr
+}
+
+func TestMonitorsOnlyWithSpecMonitoring(t *testing.T) {
+	kinds := func(objs []client.Object) []string {
+		var out []string
+		for _, o := range objs {
+			if k := o.GetObjectKind().GroupVersionKind().Kind; k == render.ServiceMonitorKind || k == render.PodMonitorKind {
+				out = append(out, k+" "+o.GetName())
+			}
+		}
+		return out
+	}
+	if got := kinds(mustObjects(t, wrappers.MakeKVRouter("m", "ns").Obj(), render.Options{})); len(got) != 0 {
+		t.Errorf("without spec.monitoring: %v", got)
+	}
+	kvr := withMonitoring(wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(), v1alpha1.MonitoringSpec{})
+	if got := kinds(mustObjects(t, kvr, render.Options{})); !slices.Equal(got, []string{"ServiceMonitor m-router", "PodMonitor m-engine"}) {
+		t.Errorf("with spec.monitoring: %v", got)
 	}
 }

@@ -18,12 +18,12 @@ import (
 // RouterContainerName is the name of the router container.
 const RouterContainerName = "router"
 
-// routerImage is spec.router.image, else the operator's kvrouter image.
+// routerImage is spec.router.image, else the operator's router image.
 func routerImage(kvr *v1alpha1.KVRouter, opts Options) string {
 	if kvr.Spec.Router.Image != "" {
 		return kvr.Spec.Router.Image
 	}
-	return opts.image()
+	return opts.routerImage()
 }
 
 // routerArgs is the router's command line as the contract fixes it.
@@ -43,7 +43,7 @@ func routerArgs(kvr *v1alpha1.KVRouter) []string {
 	if h := kvr.Spec.Router.SessionHeader; h != "" {
 		args = append(args, "--session-header", h)
 	}
-	return args
+	return append(args, routerKeyArgs(kvr)...)
 }
 
 func routerServiceAccount(kvr *v1alpha1.KVRouter, opts Options) *corev1.ServiceAccount {
@@ -53,15 +53,15 @@ func routerServiceAccount(kvr *v1alpha1.KVRouter, opts Options) *corev1.ServiceA
 	}
 }
 
-// routerRole lets the router discover engine pods in its own namespace, and nothing else.
+// routerRole lets the router discover engine pods in its own namespace, and nothing else: its
+// pod informer lists and watches (internal/discovery's envtest runs it with exactly this Role
+// and checks both verbs are used).
 func routerRole(kvr *v1alpha1.KVRouter, opts Options) *rbacv1.Role {
-	verbs := []string{"get", "list", "watch"}
 	return &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: verbs},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: verbs},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		},
 	}
 }
@@ -110,6 +110,8 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 		LivenessProbe:   probe("/health", 10, 3),
 		SecurityContext: containerSecurityContext(true),
 	}
+	keyVolumes, keyMounts := routerKeyVolumes(kvr)
+	c.VolumeMounts = append(c.VolumeMounts, keyMounts...)
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
@@ -123,7 +125,9 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 					AutomountServiceAccountToken: ptr.To(true), // it watches pods
 					EnableServiceLinks:           ptr.To(false),
 					Containers:                   []corev1.Container{c},
-					SecurityContext:              podSecurityContext(true),
+					Volumes:                      keyVolumes,
+					// The router image's USER is numeric and non-root: no UID needed anywhere.
+					SecurityContext: podSecurityContext(nil, false),
 					// Spread replicas over nodes so that losing one node keeps a router up.
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:           1,

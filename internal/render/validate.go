@@ -2,8 +2,13 @@ package render
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"regexp"
+	"slices"
 	"strings"
 
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -23,7 +28,8 @@ var ManagedEngineFlags = []string{
 var shortFlags = map[string]string{"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 
 // ReservedEngineEnv are environment variables render sets itself and spec.engine.env may not
-// override: the hash seed must match the router's, and the KV-event topic names the pod.
+// override: the hash seed keeps block hashes reproducible across engines and restarts, and the
+// KV-event topic names the pod.
 var ReservedEngineEnv = []string{"PYTHONHASHSEED", "POD_NAME", "POD_IP"}
 
 // Validate checks what the CRD's schema and CEL rules check and what Objects relies on, for
@@ -49,6 +55,18 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 	spec := field.NewPath("spec")
 	if kvr.Spec.Model.Name == "" {
 		errs = append(errs, field.Required(spec.Child("model", "name"), ""))
+	}
+	// The schema bounds these names' lengths only; the API server would refuse the workload
+	// that carries an invalid one, after the operator applied the rest.
+	for _, ref := range []struct{ field, value string }{
+		{"cachePVC", kvr.Spec.Model.CachePVC}, {"hfTokenSecret", kvr.Spec.Model.HFTokenSecret},
+	} {
+		if ref.value == "" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(ref.value) {
+			errs = append(errs, field.Invalid(spec.Child("model", ref.field), ref.value, "must be an object name: "+msg))
+		}
 	}
 
 	e := kvr.Spec.Engine
@@ -84,7 +102,13 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 				f+" is set by the operator from the spec; use the matching spec field"))
 		}
 	}
+	for _, msg := range validation.IsValidLabelValue(e.GPU.Product) {
+		errs = append(errs, field.Invalid(ep.Child("gpu", "product"), e.GPU.Product, "must be a node label value: "+msg))
+	}
 	for i, env := range e.Env {
+		for _, msg := range validation.IsEnvVarName(env.Name) {
+			errs = append(errs, field.Invalid(ep.Child("env").Index(i).Child("name"), env.Name, msg))
+		}
 		for _, r := range ReservedEngineEnv {
 			if env.Name == r {
 				errs = append(errs, field.Invalid(ep.Child("env").Index(i).Child("name"), env.Name,
@@ -92,6 +116,12 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 			}
 		}
 	}
+
+	if u := e.RunAsUser; u != nil && (*u < 1 || *u > math.MaxInt32) {
+		errs = append(errs, field.Invalid(ep.Child("runAsUser"), *u, "must be between 1 and 2147483647: engines never run as root"))
+	}
+
+	errs = append(errs, validateAPIKeys(kvr)...)
 
 	if r := kvr.Spec.Router; r.Replicas != nil && *r.Replicas < 1 {
 		errs = append(errs, field.Invalid(spec.Child("router", "replicas"), *r.Replicas, "must be at least 1"))
@@ -114,8 +144,31 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 				"must be an http:// or https:// URL"))
 		}
 	}
+	if m := kvr.Spec.Monitoring; m != nil {
+		mp := spec.Child("monitoring")
+		errs = append(errs, metav1validation.ValidateLabels(m.Labels, mp.Child("labels"))...)
+		for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+			if reservedLabels[k] {
+				errs = append(errs, field.Invalid(mp.Child("labels").Key(k), k, "is set by the operator (selectors depend on it)"))
+			}
+		}
+		if len(m.Labels) > maxMonitoringLabels {
+			errs = append(errs, field.TooMany(mp.Child("labels"), len(m.Labels), maxMonitoringLabels))
+		}
+		if m.Interval != "" && (len(m.Interval) > maxIntervalLength || !scrapeInterval.MatchString(m.Interval)) {
+			errs = append(errs, field.Invalid(mp.Child("interval"), m.Interval, "must be a duration such as 30s or 1m30s, units in the order h, m, s, ms"))
+		}
+	}
 	return errs.ToAggregate()
 }
+
+// maxMonitoringLabels, maxIntervalLength and scrapeInterval mirror the schema of spec.monitoring.
+const (
+	maxMonitoringLabels = 16
+	maxIntervalLength   = 32
+)
+
+var scrapeInterval = regexp.MustCompile(`^(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$`)
 
 // managedFlag returns the managed flag that arg sets ("--block-size" for "--block-size=32"), or "".
 func managedFlag(arg string) string {

@@ -2,7 +2,7 @@ package render_test
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -25,15 +25,10 @@ func TestCRDRulesAgreeWithValidate(t *testing.T) {
 	}
 	celErrors := func(kvr *v1alpha1.KVRouter) string {
 		t.Helper()
-		b, err := json.Marshal(kvr)
-		if err != nil {
-			t.Fatal(err)
+		errs, _ := validator.Validate(context.Background(), nil, nil, requestBody(t, kvr), nil, celconfig.RuntimeCELCostBudget)
+		if len(errs) == 0 {
+			return ""
 		}
-		var obj map[string]any
-		if err := json.Unmarshal(b, &obj); err != nil {
-			t.Fatal(err)
-		}
-		errs, _ := validator.Validate(context.Background(), nil, nil, obj, nil, celconfig.RuntimeCELCostBudget)
 		return errs.ToAggregate().Error()
 	}
 
@@ -73,5 +68,30 @@ func TestCRDRulesAgreeWithValidate(t *testing.T) {
 		if goRefuses != celRefuses {
 			t.Errorf("name %q: Validate refuses=%v, CRD rule refuses=%v", name, goRefuses, celRefuses)
 		}
+	}
+}
+
+// TestSchemaAgreesWithValidate: for the fields whose schema Validate copies (the scrape interval's
+// pattern, the engine UID's range), the CRD admits exactly what Validate accepts.
+func TestSchemaAgreesWithValidate(t *testing.T) {
+	crd := newCRDAdmission(t)
+	agree := func(what string, kvr *v1alpha1.KVRouter) {
+		t.Helper()
+		_, admitted := crd.admit(t, kvr)
+		defaulted := kvr.DeepCopy()
+		render.Default(defaulted)
+		if accepted := render.Validate(defaulted) == nil; accepted != admitted {
+			t.Errorf("%s: CRD admits=%v, Validate accepts=%v", what, admitted, accepted)
+		}
+	}
+	for _, interval := range []string{"15s", "1m30s", "2h", "500ms", "1h2m3s4ms", "30s1m", "1d", "5", "1.5s", "15 s", strings.Repeat("1", 31) + "s", strings.Repeat("1", 32) + "s"} {
+		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+		kvr.Spec.Monitoring = &v1alpha1.MonitoringSpec{Interval: interval}
+		agree("interval "+interval, kvr)
+	}
+	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
+		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+		kvr.Spec.Engine.RunAsUser = &uid
+		agree(fmt.Sprintf("runAsUser %d", uid), kvr)
 	}
 }

@@ -33,6 +33,10 @@ type CompletionRequest struct {
 	Prompt           string          `json:"prompt"`
 	RawPrompt        json.RawMessage `json:"-"`
 	AddSpecialTokens *bool           `json:"add_special_tokens,omitempty"`
+	// Authorization is sent as the call's Authorization header when not empty (an engine
+	// started with --api-key guards /tokenize). It is not part of the cache key: every
+	// engine of a fleet tokenizes alike.
+	Authorization string `json:"-"`
 }
 
 // ChatRequest is /tokenize's chat form. Messages and the template fields are passed through as
@@ -47,6 +51,8 @@ type ChatRequest struct {
 	ChatTemplate         *string         `json:"chat_template,omitempty"`
 	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	Tools                json.RawMessage `json:"tools,omitempty"`
+	// Authorization: as in CompletionRequest.
+	Authorization string `json:"-"`
 }
 
 type response struct {
@@ -91,13 +97,13 @@ func New(httpClient *http.Client, timeout time.Duration, cacheTokens int) *Clien
 // Completion tokenizes a completion prompt on the engine at baseURL.
 func (c *Client) Completion(ctx context.Context, baseURL string, r CompletionRequest) ([]uint32, error) {
 	if r.RawPrompt == nil {
-		return c.do(ctx, baseURL, r)
+		return c.do(ctx, baseURL, r.Authorization, r)
 	}
 	rest := struct {
 		Model            string `json:"model,omitempty"`
 		AddSpecialTokens *bool  `json:"add_special_tokens,omitempty"`
 	}{r.Model, r.AddSpecialTokens}
-	return c.doSpliced(ctx, baseURL, rest, "prompt", r.RawPrompt)
+	return c.doSpliced(ctx, baseURL, r.Authorization, rest, "prompt", r.RawPrompt)
 }
 
 // Chat tokenizes chat messages (with the engine's chat template) on the engine at baseURL.
@@ -105,11 +111,11 @@ func (c *Client) Completion(ctx context.Context, baseURL string, r CompletionReq
 func (c *Client) Chat(ctx context.Context, baseURL string, r ChatRequest) ([]uint32, error) {
 	raw := r.Messages
 	r.Messages = nil
-	return c.doSpliced(ctx, baseURL, r, "messages", raw)
+	return c.doSpliced(ctx, baseURL, r.Authorization, r, "messages", raw)
 }
 
 // doSpliced encodes r and inserts "key": raw as its first field; raw must be valid JSON.
-func (c *Client) doSpliced(ctx context.Context, baseURL string, r any, key string, raw json.RawMessage) ([]uint32, error) {
+func (c *Client) doSpliced(ctx context.Context, baseURL, auth string, r any, key string, raw json.RawMessage) ([]uint32, error) {
 	rest, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode request: %v", ErrTokenize, err)
@@ -125,18 +131,18 @@ func (c *Client) doSpliced(ctx context.Context, baseURL string, r any, key strin
 	} else {
 		body = append(body, '}')
 	}
-	return c.send(ctx, baseURL, body)
+	return c.send(ctx, baseURL, auth, body)
 }
 
 // ErrTokenize wraps every failure (unreachable engine, timeout, non-200, bad body).
 var ErrTokenize = errors.New("tokenize")
 
-func (c *Client) do(ctx context.Context, baseURL string, r any) ([]uint32, error) {
+func (c *Client) do(ctx context.Context, baseURL, auth string, r any) ([]uint32, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encode request: %v", ErrTokenize, err)
 	}
-	return c.send(ctx, baseURL, body)
+	return c.send(ctx, baseURL, auth, body)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -145,7 +151,7 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // prompt cost half a millisecond).
 var cacheSeed = maphash.MakeSeed()
 
-func (c *Client) send(ctx context.Context, baseURL string, body []byte) ([]uint32, error) {
+func (c *Client) send(ctx context.Context, baseURL, auth string, body []byte) ([]uint32, error) {
 	// Every engine of a fleet serves the same model with the same tokenizer, so the cache key
 	// is the request alone, not the engine.
 	key := maphash.Bytes(cacheSeed, body)
@@ -156,7 +162,7 @@ func (c *Client) send(ctx context.Context, baseURL string, body []byte) ([]uint3
 		// The shared call must not die with the first caller's context.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 		defer cancel()
-		toks, err := c.call(cctx, baseURL, body)
+		toks, err := c.call(cctx, baseURL, auth, body)
 		if err == nil {
 			c.put(key, toks)
 		}
@@ -168,20 +174,26 @@ func (c *Client) send(ctx context.Context, baseURL string, body []byte) ([]uint3
 	return v.([]uint32), nil
 }
 
-func (c *Client) call(ctx context.Context, baseURL string, body []byte) ([]uint32, error) {
+func (c *Client) call(ctx context.Context, baseURL, auth string, body []byte) ([]uint32, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/tokenize", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTokenize, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTokenize, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("%w: %s %s: %s", ErrTokenize, baseURL, resp.Status, bytes.TrimSpace(msg))
+		// The status only: an engine's error body may quote the request (a validation error
+		// echoes its input), and this error reaches the router's /v1/status, the KVRouter's
+		// conditions and debug logs, none of which may carry prompt text.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil, fmt.Errorf("%w: %s answered %s", ErrTokenize, baseURL, resp.Status)
 	}
 	// 64 MiB holds the ids of a prompt of several million tokens. The raw answer is read into
 	// a pooled buffer (the ids are copied out by the decoder), so a 600 KB answer costs no

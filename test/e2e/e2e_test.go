@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,19 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
-
-// writeFile replaces the file at path with data.
-func writeFile(t *testing.T, path string, data []byte) {
-	t.Helper()
-	// Write then rename, so the router's file watch never reads a half-written file.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // counters reads an engine's own /metrics: each counter summed over its series.
 func counters(t *testing.T, url string, names ...string) map[string]float64 {

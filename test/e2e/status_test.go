@@ -35,7 +35,10 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 		engines = append(engines, fleettest.StartEngine(t, fmt.Sprintf("e%d", i), "5", "--num-gpu-blocks-override", "40"))
 	}
 	file := filepath.Join(t.TempDir(), "endpoints.yaml")
-	writeFile(t, file, fleettest.EndpointsYAML(engines))
+	fleettest.ReplaceFile(t, file, fleettest.EndpointsYAML(engines))
+	// Every sample the router's rates are computed from is taken after this instant, so a window
+	// measured from here bounds the router's own from above.
+	began := time.Now()
 	router := fleettest.StartRouter(t, file)
 	router.WaitConnected(t, 2)
 	// The router's rates start from its first scrape of each engine: take it before the traffic,
@@ -48,7 +51,6 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 		}
 		return len(st.Endpoints) == 2
 	})
-	began := time.Now()
 
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -106,7 +108,9 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 	if math.Abs(st.Fleet.PreemptionsPerMinute-perMinute) > 1e-9 {
 		t.Errorf("fleet preemptions/min %v, sum of the endpoints' %v", st.Fleet.PreemptionsPerMinute, perMinute)
 	}
-	// The rate's window is at most the run, so it is at least the count over the run.
+	// The rate's window (first to last scrape) lies inside [began, now], so the rate is at least
+	// the count over that span. (Starting the span after the first scrape, as this test once did,
+	// made it shorter than the window now and then, and the bound fail.)
 	if lower := preemptions / elapsed.Minutes(); st.Fleet.PreemptionsPerMinute < lower*0.999 {
 		t.Errorf("fleet preemptions/min %v below %v preemptions over %s", st.Fleet.PreemptionsPerMinute, preemptions, elapsed)
 	}
@@ -148,7 +152,7 @@ func TestLeavingEndpointDrains(t *testing.T) {
 	// Slowed down so that one stream outlasts the steps below.
 	engines := []*fleettest.Engine{fleettest.StartEngine(t, "e0", "0.3"), fleettest.StartEngine(t, "e1", "0.3")}
 	file := filepath.Join(t.TempDir(), "endpoints.yaml")
-	writeFile(t, file, fleettest.EndpointsYAML(engines))
+	fleettest.ReplaceFile(t, file, fleettest.EndpointsYAML(engines))
 	router := fleettest.StartRouter(t, file)
 	router.WaitConnected(t, 2)
 
@@ -178,7 +182,7 @@ func TestLeavingEndpointDrains(t *testing.T) {
 		streamed <- result{chunks, done}
 	}()
 
-	writeFile(t, file, fleettest.EndpointsYAML(engines, leaving))
+	fleettest.ReplaceFile(t, file, fleettest.EndpointsYAML(engines, leaving))
 	router.WaitStatus(t, leaving+" not ready", func(st routerapi.Status) bool { return st.ReadyEndpoints == 1 })
 	if finished.Load() {
 		t.Fatal("the stream ended before the endpoint left; the test proves nothing (slow the engines down)")
@@ -199,6 +203,6 @@ func TestLeavingEndpointDrains(t *testing.T) {
 	}
 
 	// The pod is gone: the endpoint leaves the list.
-	writeFile(t, file, fleettest.EndpointsYAML([]*fleettest.Engine{engines[map[string]int{"e0": 0, "e1": 1}[staying]]}))
+	fleettest.ReplaceFile(t, file, fleettest.EndpointsYAML([]*fleettest.Engine{engines[map[string]int{"e0": 0, "e1": 1}[staying]]}))
 	router.WaitStatus(t, "one endpoint listed", func(st routerapi.Status) bool { return len(st.Endpoints) == 1 })
 }

@@ -192,3 +192,15 @@ func (w *KVRouterWrapper) Simulate() *KVRouterWrapper {
 	w.Spec.Simulate = true
 	return w
 }
+
+// RouterAPIKeySecret sets spec.router.apiKeySecret (key "" leaves the default).
+func (w *KVRouterWrapper) RouterAPIKeySecret(name, key string) *KVRouterWrapper {
+	w.Spec.Router.APIKeySecret = &v1alpha1.SecretKeyRef{Name: name, Key: key}
+	return w
+}
+
+// EngineAPIKeySecret sets spec.engine.apiKeySecret (key "" leaves the default).
+func (w *KVRouterWrapper) EngineAPIKeySecret(name, key string) *KVRouterWrapper {
+	w.Spec.Engine.APIKeySecret = &v1alpha1.SecretKeyRef{Name: name, Key: key}
+	return w
+}

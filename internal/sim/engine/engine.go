@@ -297,6 +297,9 @@ func (e *Engine) Restart() ([]*Request, error) {
 	return dropped, nil
 }
 
+// CachedHashes returns the distinct block hashes in the prefix cache (see kvcache.CachedHashes).
+func (e *Engine) CachedHashes() []blockhash.Hash { return e.cache.CachedHashes() }
+
 // Stats returns the current gauges and counters.
 func (e *Engine) Stats() Stats {
 	s := e.stats

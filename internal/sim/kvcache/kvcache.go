@@ -265,5 +265,15 @@ func (c *Cache) unlink(id BlockID) {
 	c.numFree--
 }
 
+// CachedHashes returns the distinct hashes in the prefix cache, in no particular order: what
+// the engine would report as stored and not yet removed (for consistency checks).
+func (c *Cache) CachedHashes() []blockhash.Hash {
+	out := make([]blockhash.Hash, 0, len(c.cached))
+	for h := range c.cached {
+		out = append(out, h)
+	}
+	return out
+}
+
 // HasEvents reports whether events are waiting to be drained.
 func (c *Cache) HasEvents() bool { return len(c.events) > 0 }

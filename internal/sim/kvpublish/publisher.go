@@ -38,11 +38,13 @@ type Config struct {
 
 // Stats counts what the publisher did.
 type Stats struct {
-	Published    uint64 `json:"published"`  // batches given a sequence number
-	Dropped      uint64 `json:"dropped"`    // batches withheld from the live stream by fault injection
-	Replays      uint64 `json:"replays"`    // replay requests served
-	BadReplays   uint64 `json:"badReplays"` // malformed replay requests ignored
-	NextSequence uint64 `json:"nextSequence"`
+	Published  uint64 `json:"published"`  // batches given a sequence number
+	Dropped    uint64 `json:"dropped"`    // batches withheld from the live stream by fault injection
+	Replays    uint64 `json:"replays"`    // replay requests served
+	BadReplays uint64 `json:"badReplays"` // malformed replay requests ignored
+	// IgnoredReplays counts replay requests left unanswered by fault injection (replay down).
+	IgnoredReplays uint64 `json:"ignoredReplays"`
+	NextSequence   uint64 `json:"nextSequence"`
 }
 
 type entry struct {
@@ -70,7 +72,9 @@ type Publisher struct {
 	ringNext int
 	dropNext int
 	delay    time.Duration
-	stats    Stats
+	// replayDown ignores replay requests (fault injection: replay unavailable).
+	replayDown bool
+	stats      Stats
 }
 
 // IsBindEndpoint applies vLLM's heuristic for the PUB endpoint.
@@ -189,6 +193,14 @@ func (p *Publisher) SetDelay(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// SetReplayDown makes the replay socket ignore requests while down is true: subscribers get no
+// answer and time out, as with an unreachable replay endpoint.
+func (p *Publisher) SetReplayDown(down bool) {
+	p.mu.Lock()
+	p.replayDown = down
+	p.mu.Unlock()
+}
+
 // Reset models a process restart: the sequence starts again at 0, the replay buffer is empty and
 // batches still queued are discarded.
 func (p *Publisher) Reset() {
@@ -273,6 +285,11 @@ func (p *Publisher) serveReplay() {
 		id := msg.Frames[0]
 		start := binary.BigEndian.Uint64(msg.Frames[2])
 		p.mu.Lock()
+		if p.replayDown {
+			p.stats.IgnoredReplays++
+			p.mu.Unlock()
+			continue
+		}
 		var batch []entry
 		n := len(p.ring)
 		for i := 0; i < n; i++ {

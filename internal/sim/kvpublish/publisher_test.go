@@ -169,19 +169,26 @@ func TestMalformedReplayIsIgnored(t *testing.T) {
 	}
 }
 
-// replay asks for batches from start with a DEALER and returns every reply up to the end marker.
-func replay(t *testing.T, p *Publisher, start uint64) [][][]byte {
+// askReplay sends a replay request from start on a new DEALER, which closes when the test ends
+// (or its receives fail after timeout).
+func askReplay(t *testing.T, p *Publisher, start uint64, timeout time.Duration) zmq4.Socket {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	d := zmq4.NewDealer(ctx)
-	defer d.Close()
+	t.Cleanup(func() { d.Close(); cancel() })
 	if err := d.Dial(endpoint(p.ReplayAddr())); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, start))); err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// replay asks for batches from start with a DEALER and returns every reply up to the end marker.
+func replay(t *testing.T, p *Publisher, start uint64) [][][]byte {
+	t.Helper()
+	d := askReplay(t, p, start, 10*time.Second)
 	var out [][][]byte
 	for {
 		msg, err := d.Recv()
@@ -285,5 +292,22 @@ func TestReplayBufferKeepsTheLastSteps(t *testing.T) {
 	// the one it asked for and must rebuild.
 	if fmt.Sprint(seqs) != "[4 5 6]" {
 		t.Fatalf("replayed %v", seqs)
+	}
+}
+
+// With replay down, requests get no answer at all (a subscriber times out), and are counted.
+func TestReplayDownLeavesRequestsUnanswered(t *testing.T) {
+	p := startPublisher(t, false)
+	p.Publish(storedBatch(0))
+	p.SetReplayDown(true)
+	if msg, err := askReplay(t, p, 0, 500*time.Millisecond).Recv(); err == nil {
+		t.Fatalf("replay answered while down: %q", msg.Frames)
+	}
+	if st := p.Stats(); st.IgnoredReplays != 1 || st.Replays != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	p.SetReplayDown(false)
+	if f := replay(t, p, 0); len(f) != 2 {
+		t.Fatalf("replay after it came back returned %d frame sets", len(f))
 	}
 }

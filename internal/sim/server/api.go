@@ -7,11 +7,13 @@ import (
 	"hash/fnv"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvrouter/kvrouter/internal/apikey"
 	"github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
@@ -38,8 +40,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /sim/faults", s.handleGetFaults)
 	mux.HandleFunc("POST /sim/faults", s.handleSetFaults)
 	mux.HandleFunc("GET /sim/stats", s.handleStats)
+	mux.HandleFunc("GET /sim/cache", s.handleCache)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
-	return mux
+	return requireAPIKey(apikey.NewSet(s.opt.APIKeys), mux)
 }
 
 // apiError is vLLM's ErrorResponse (OpenAI's error shape).
@@ -209,6 +212,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.slowTokenizer()
+	if s.tokenizeShouldFail() {
+		writeError(w, fmt.Errorf("injected tokenizer failure"))
+		return
+	}
 	var toks []uint32
 	switch {
 	case req.Messages != nil:
@@ -267,11 +274,13 @@ func (s *Server) handleReset(w http.ResponseWriter, _ *http.Request) {
 }
 
 type faultsJSON struct {
-	FailFraction    *float64 `json:"failFraction,omitempty"`
-	TokenizeDelayMs *int     `json:"tokenizeDelayMs,omitempty"`
-	EventDelayMs    *int     `json:"eventDelayMs,omitempty"`
-	DropNextBatches int      `json:"dropNextBatches,omitempty"`
-	Restart         bool     `json:"restart,omitempty"`
+	FailFraction         *float64 `json:"failFraction,omitempty"`
+	TokenizeDelayMs      *int     `json:"tokenizeDelayMs,omitempty"`
+	TokenizeFailFraction *float64 `json:"tokenizeFailFraction,omitempty"`
+	EventDelayMs         *int     `json:"eventDelayMs,omitempty"`
+	ReplayDown           *bool    `json:"replayDown,omitempty"`
+	DropNextBatches      int      `json:"dropNextBatches,omitempty"`
+	Restart              bool     `json:"restart,omitempty"`
 }
 
 func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
@@ -279,7 +288,8 @@ func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
 	f := s.faults
 	s.mu.Unlock()
 	tok, ev := int(f.TokenizeDelay/time.Millisecond), int(f.EventDelay/time.Millisecond)
-	writeJSON(w, http.StatusOK, faultsJSON{FailFraction: &f.FailFraction, TokenizeDelayMs: &tok, EventDelayMs: &ev})
+	writeJSON(w, http.StatusOK, faultsJSON{FailFraction: &f.FailFraction, TokenizeDelayMs: &tok,
+		TokenizeFailFraction: &f.TokenizeFailFraction, EventDelayMs: &ev, ReplayDown: &f.ReplayDown})
 }
 
 // handleSetFaults changes fault injection at run time (sim-only endpoint).
@@ -289,11 +299,16 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if req.FailFraction != nil && (*req.FailFraction < 0 || *req.FailFraction > 1) {
-		writeError(w, badRequest("failFraction must be within [0, 1]"))
-		return
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"failFraction", req.FailFraction}, {"tokenizeFailFraction", req.TokenizeFailFraction}} {
+		if f.v != nil && (*f.v < 0 || *f.v > 1) {
+			writeError(w, badRequest("%s must be within [0, 1]", f.name))
+			return
+		}
 	}
-	if (req.DropNextBatches > 0 || req.EventDelayMs != nil) && s.opt.Publisher == nil {
+	if (req.DropNextBatches > 0 || req.EventDelayMs != nil || req.ReplayDown != nil) && s.opt.Publisher == nil {
 		writeError(w, badRequest("KV events are not enabled on this engine"))
 		return
 	}
@@ -303,6 +318,13 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.TokenizeDelayMs != nil {
 		s.faults.TokenizeDelay = time.Duration(*req.TokenizeDelayMs) * time.Millisecond
+	}
+	if req.TokenizeFailFraction != nil {
+		s.faults.TokenizeFailFraction = *req.TokenizeFailFraction
+	}
+	if req.ReplayDown != nil {
+		s.faults.ReplayDown = *req.ReplayDown
+		s.opt.Publisher.SetReplayDown(*req.ReplayDown)
 	}
 	if req.EventDelayMs != nil {
 		s.faults.EventDelay = time.Duration(*req.EventDelayMs) * time.Millisecond
@@ -334,10 +356,54 @@ func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
 }
 
 // shouldFail draws the fail-a-fraction fault.
-func (s *Server) shouldFail() bool {
+func (s *Server) shouldFail() bool { return s.draw(func(f Faults) float64 { return f.FailFraction }) }
+
+// tokenizeShouldFail draws the failing-tokenizer fault.
+func (s *Server) tokenizeShouldFail() bool {
+	return s.draw(func(f Faults) float64 { return f.TokenizeFailFraction })
+}
+
+func (s *Server) draw(fraction func(Faults) float64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.faults.FailFraction > 0 && s.rng.Float64() < s.faults.FailFraction
+	p := fraction(s.faults)
+	return p > 0 && s.rng.Float64() < p
+}
+
+// CacheState is GET /sim/cache: the block hashes the engine's prefix cache holds, in the form
+// they take on the KV-event wire (kvevents' uint64: the digest's low 64 bits), for checking a
+// router's index against the engine.
+type CacheState struct {
+	// Hashes are the distinct cached block hashes, sorted.
+	Hashes []uint64 `json:"hashes"`
+	// NextSequence is the sequence number the next event batch will get: every cache change
+	// so far is in batches below it once Settled.
+	NextSequence uint64 `json:"nextSequence"`
+	// Settled is true when the engine has no work and every step's events have been handed to
+	// the publisher (they may still be delayed by the event-delay fault).
+	Settled bool `json:"settled"`
+	Running int  `json:"running"`
+	Waiting int  `json:"waiting"`
+}
+
+func (s *Server) handleCache(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	hs := s.eng.CachedHashes()
+	st := s.eng.Stats()
+	settled := !s.eng.HasWork() && s.unpublished == 0
+	var next uint64
+	if s.opt.Publisher != nil {
+		// Read under s.mu: Restart resets the publisher under it too.
+		next = s.opt.Publisher.Stats().NextSequence
+	}
+	s.mu.Unlock()
+	out := CacheState{Hashes: make([]uint64, len(hs)), NextSequence: next, Settled: settled,
+		Running: st.Running, Waiting: st.Waiting}
+	for i, h := range hs {
+		out.Hashes[i] = h.Uint64()
+	}
+	slices.Sort(out.Hashes)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // seedFor returns the request's seed, or one derived from its prompt so that an unseeded request

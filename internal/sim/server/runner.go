@@ -37,6 +37,9 @@ type Options struct {
 	Tokenizer      *tokenizer.Tokenizer
 	Faults         Faults
 	Logger         *slog.Logger
+	// APIKeys, when any, are required as "Authorization: Bearer <key>" on every route but
+	// /health, /ping, /load, /version and /metrics (vLLM's --api-key, VLLM_API_KEY).
+	APIKeys []string
 }
 
 // KVEventSource is one entry of GET /kv_event_sources.
@@ -55,6 +58,11 @@ type Faults struct {
 	TokenizeDelay time.Duration `json:"tokenizeDelay"`
 	// EventDelay holds KV event batches back before they are sent.
 	EventDelay time.Duration `json:"eventDelay"`
+	// TokenizeFailFraction of /tokenize calls fail with HTTP 500 (a failing tokenizer).
+	TokenizeFailFraction float64 `json:"tokenizeFailFraction"`
+	// ReplayDown makes the replay socket ignore requests (replay unavailable: subscribers
+	// time out).
+	ReplayDown bool `json:"replayDown"`
 }
 
 // Server is one simulated engine with its HTTP API.
@@ -74,6 +82,12 @@ type Server struct {
 	virtAnchor float64
 	seq        uint64
 	rng        *rand.Rand
+	// unpublished counts steps whose cache changes are made but whose events are not yet
+	// handed to the publisher (the step "runs" between the two): GET /sim/cache is settled
+	// only at zero.
+	unpublished int
+	// generation counts restarts, so that a step that straddles one publishes nothing.
+	generation uint64
 }
 
 // flight is the HTTP side of one engine request.
@@ -123,6 +137,9 @@ func New(eng *engine.Engine, opt Options) *Server {
 	if opt.Publisher != nil && opt.Faults.EventDelay > 0 {
 		opt.Publisher.SetDelay(opt.Faults.EventDelay)
 	}
+	if opt.Publisher != nil && opt.Faults.ReplayDown {
+		opt.Publisher.SetReplayDown(true)
+	}
 	return s
 }
 
@@ -148,6 +165,10 @@ func (s *Server) Run(ctx context.Context) {
 			continue
 		}
 		res := s.eng.Step()
+		gen := s.generation
+		if s.opt.Publisher != nil && len(res.Events) > 0 {
+			s.unpublished++
+		}
 		st := s.eng.Stats()
 		s.met.observeStep(res, st)
 		end := s.eng.Now()
@@ -171,7 +192,15 @@ func (s *Server) Run(ctx context.Context) {
 			s.mu.Unlock()
 		}
 		if s.opt.Publisher != nil && len(res.Events) > 0 {
-			s.opt.Publisher.Publish(kvevent.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: res.Events})
+			// Under s.mu, so that a Restart during the step cannot slip in between: the events
+			// of a step of the engine before a restart describe a cache that no longer exists
+			// and must not be published under the new process's sequence.
+			s.mu.Lock()
+			if s.generation == gen {
+				s.opt.Publisher.Publish(kvevent.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: res.Events})
+			}
+			s.unpublished--
+			s.mu.Unlock()
 		}
 		s.deliver(res)
 	}
@@ -192,12 +221,14 @@ func (s *Server) deliver(res engine.StepResult) {
 			s.met.itl.With(s.met.labels).Observe(res.Start + res.Duration - f.lastTokenAt)
 		}
 		f.lastTokenAt = res.Start + res.Duration
-		// The channel holds MaxTokens deliveries, so this never blocks the engine.
-		f.ch <- delivery{token: t.ID, first: t.First, last: t.Last, cached: t.Req.CachedTokens()}
 		if t.Last {
+			// Counted before the answer can reach the client, so that a client that reads
+			// /metrics after its answer sees its request there.
 			s.met.observeFinished(t.Req, f.reason)
 			delete(s.inflight, t.Req)
 		}
+		// The channel holds MaxTokens deliveries, so this never blocks the engine.
+		f.ch <- delivery{token: t.ID, first: t.First, last: t.Last, cached: t.Req.CachedTokens()}
 	}
 }
 
@@ -244,6 +275,7 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return err
 	}
+	s.generation++
 	for _, r := range dropped {
 		if f := s.inflight[r]; f != nil {
 			f.ch <- delivery{err: errRestarted}

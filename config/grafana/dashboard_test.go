@@ -1,0 +1,304 @@
+// Package grafana holds the Grafana dashboard of a KVRouter; its test checks that every query
+// reads metrics that exist.
+package grafana
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/kvstream"
+	"github.com/kvrouter/kvrouter/internal/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/proxy"
+	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/sim/engine"
+	"github.com/kvrouter/kvrouter/internal/sim/server"
+	"github.com/kvrouter/kvrouter/internal/sim/timing"
+)
+
+const dashboardFile = "kvrouter-dashboard.json"
+
+type dashboard struct {
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	UID string `json:"uid"`
+}
+
+type panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	Targets []struct {
+		Expr  string `json:"expr"`
+		RefID string `json:"refId"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"` // a collapsed row's
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+// queries returns every PromQL expression of the dashboard, keyed by where it is.
+func (d dashboard) queries() map[string]string {
+	out := map[string]string{}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				out[p.Title+" "+tg.RefID] = tg.Expr
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if q, ok := v.Query.(map[string]any); ok && v.Type == "query" {
+			out["variable "+v.Name], _ = q["query"].(string)
+		}
+	}
+	return out
+}
+
+var (
+	// A selector: a metric name followed by its label matchers.
+	selectorRe = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}`)
+	stringRe   = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	identRe    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	// label_values(metric{...}, label), by (a, b), on (a): label names, not metrics.
+	labelListRe = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)|,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*\)`)
+	rangeRe     = regexp.MustCompile(`\[[^\]]*\]`)
+)
+
+// promQLKeywords are the words of PromQL that are neither metrics nor label names.
+var promQLKeywords = []string{"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless"}
+
+// metricNames returns the metric names expr selects. It insists on the dashboard's style, in
+// which every metric is a selector with label matchers (the namespace and kvrouter variables),
+// so that a bare metric name, which the extraction could not tell from a label, is an error.
+func metricNames(expr string) ([]string, []string) {
+	var names, problems []string
+	for _, m := range selectorRe.FindAllStringSubmatch(expr, -1) {
+		names = append(names, m[1])
+	}
+	rest := selectorRe.ReplaceAllString(expr, " ")
+	rest = stringRe.ReplaceAllString(rest, " ")
+	rest = rangeRe.ReplaceAllString(rest, " ")
+	rest = labelListRe.ReplaceAllString(rest, " ")
+	for _, loc := range identRe.FindAllStringIndex(rest, -1) {
+		word := rest[loc[0]:loc[1]]
+		after := strings.TrimLeft(rest[loc[1]:], " ")
+		if strings.HasPrefix(after, "(") || slices.Contains(promQLKeywords, word) {
+			continue // a function or a keyword
+		}
+		problems = append(problems, "bare identifier "+word+" (write metrics as selectors with the namespace and kvrouter matchers)")
+	}
+	return names, problems
+}
+
+// routerMetrics are the metric names the router registers: its collectors built as cmd/router
+// builds them, described through the registry they register with.
+func routerMetrics(t *testing.T) map[string]bool {
+	index := kvindex.New(kvindex.Config{})
+	streams := kvstream.NewManager(index, kvstream.Config{Logger: logr.Discard()})
+	reg := &recordingRegistry{Registry: prometheus.NewRegistry()}
+	reg.MustRegister(index, streams)
+	proxy.New(proxy.Config{}, logr.Discard(), index, streams, loadsignal.NewTracker(), reg)
+
+	names := map[string]bool{}
+	descs := make(chan *prometheus.Desc, 1024)
+	for _, c := range reg.collectors {
+		c.Describe(descs)
+	}
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range descs {
+		m := fqName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read the name of %s", d)
+		}
+		names[m[1]] = true
+	}
+	if len(names) < 20 {
+		t.Fatalf("the router describes only %d metrics: %v", len(names), names)
+	}
+	return names
+}
+
+// recordingRegistry remembers every collector registered with it.
+type recordingRegistry struct {
+	*prometheus.Registry
+	collectors []prometheus.Collector
+}
+
+func (r *recordingRegistry) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registry.Register(c)
+}
+
+func (r *recordingRegistry) MustRegister(cs ...prometheus.Collector) {
+	r.collectors = append(r.collectors, cs...)
+	r.Registry.MustRegister(cs...)
+}
+
+// engineMetrics are the metric families vllm-sim's /metrics serves (vLLM's names), scraped from
+// a started simulator on loopback.
+func engineMetrics(t *testing.T) map[string]bool {
+	seed := "0"
+	eng, err := engine.New(engine.Config{Profile: timing.ForModel("llama-8b", 1), HashAlgo: blockhash.SHA256CBOR, HashSeed: &seed, MaxModelLen: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(eng, server.Options{ServedModelNames: []string{"m"}, TimeScale: 1000, PrefixCaching: true, HashAlgo: blockhash.SHA256CBOR})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); cancel(); <-done }()
+
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for name := range fams {
+		names[name] = true
+	}
+	return names
+}
+
+// TestDashboardQueriesUseExistingMetrics extracts every metric name from the dashboard's PromQL
+// and requires the router or the (simulated) engines to export it, so that a renamed metric
+// cannot leave an empty panel behind.
+func TestDashboardQueriesUseExistingMetrics(t *testing.T) {
+	known := routerMetrics(t)
+	for name := range engineMetrics(t) {
+		known[name] = true
+	}
+	d := readDashboard(t)
+	queries := d.queries()
+	if len(queries) < 20 {
+		t.Fatalf("found %d queries in %s", len(queries), dashboardFile)
+	}
+	used := map[string]bool{}
+	for where, expr := range queries {
+		names, problems := metricNames(expr)
+		for _, p := range problems {
+			t.Errorf("%s: %s in %s", where, p, expr)
+		}
+		if len(names) == 0 {
+			t.Errorf("%s: no metric in %q", where, expr)
+		}
+		for _, n := range names {
+			used[n] = true
+			if !known[n] && !known[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_sum"), "_count")] {
+				t.Errorf("%s: metric %s is exported by neither the router nor vllm-sim", where, n)
+			}
+		}
+		if !strings.HasPrefix(where, "variable ") {
+			for _, m := range selectorRe.FindAllStringSubmatch(expr, -1) {
+				if !strings.Contains(m[2], `namespace="$namespace"`) || !strings.Contains(m[2], render.MetricsLabelKVRouter+`="$kvrouter"`) {
+					t.Errorf("%s: %s does not select the dashboard's namespace and KVRouter", where, m[0])
+				}
+			}
+		}
+	}
+	// The panels the dashboard exists for.
+	for _, want := range []string{
+		"vllm:prefix_cache_hits_total", "kvrouter_routed_cached_prompt_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+		"vllm:num_preemptions_total", "kvrouter_routing_decisions_total", "kvrouter_kvstream_event_lag_seconds", "kvrouter_kvstream_gaps_total",
+	} {
+		if !used[want] {
+			t.Errorf("no panel reads %s", want)
+		}
+	}
+}
+
+func TestDashboardIsWellFormed(t *testing.T) {
+	d := readDashboard(t)
+	if d.UID == "" {
+		t.Error("no uid: imports would create a new dashboard each time")
+	}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, want := range []string{"datasource", "namespace", "kvrouter"} {
+		if !vars[want] {
+			t.Errorf("no %s variable", want)
+		}
+	}
+	ids := map[int]bool{}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			if ids[p.ID] {
+				t.Errorf("panel id %d twice", p.ID)
+			}
+			ids[p.ID] = true
+			if p.Type != "row" && (p.Datasource == nil || p.Datasource.UID != "${datasource}") {
+				t.Errorf("panel %q does not use the datasource variable", p.Title)
+			}
+			refs := map[string]bool{}
+			for _, tg := range p.Targets {
+				if tg.RefID == "" || refs[tg.RefID] {
+					t.Errorf("panel %q: refId %q empty or repeated", p.Title, tg.RefID)
+				}
+				refs[tg.RefID] = true
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+}
+
+func TestMetricNames(t *testing.T) {
+	names, problems := metricNames(`histogram_quantile(0.9, sum by (le, pod) (rate(a:b_bucket{x="1"}[5m]))) / on (pod) group_left c_total{y=~"a|b"} * 60`)
+	if !slices.Equal(names, []string{"a:b_bucket", "c_total"}) || len(problems) > 0 {
+		t.Errorf("names %v problems %v", names, problems)
+	}
+	if _, problems := metricNames(`sum(rate(bare_total[5m]))`); len(problems) != 1 {
+		t.Errorf("a bare metric is not reported: %v", problems)
+	}
+	names, problems = metricNames(`label_values(kvrouter_requests_total{namespace="$namespace"}, kvrouter)`)
+	if !slices.Equal(names, []string{"kvrouter_requests_total"}) || len(problems) > 0 {
+		t.Errorf("label_values: names %v problems %v", names, problems)
+	}
+}

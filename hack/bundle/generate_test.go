@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// copyConfig copies the repository's config/ into a temporary directory for a test to edit.
+func copyConfig(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "config")
+	if err := os.CopyFS(dst, os.DirFS(repoRoot+"/config")); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// edit replaces the one occurrence of old in the file at path.
+func edit(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), old); n != 1 {
+		t.Fatalf("%s holds %q %d times, want once", path, old, n)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func csvOf(t *testing.T, fs files) *operatorsv1alpha1.ClusterServiceVersion {
+	t.Helper()
+	var csv operatorsv1alpha1.ClusterServiceVersion
+	if err := yaml.UnmarshalStrict(fs[filepath.Join(bundleDir, "manifests", "kvrouter-operator.clusterserviceversion.yaml")], &csv); err != nil {
+		t.Fatal(err)
+	}
+	return &csv
+}
+
+const csvBase = "manifests/bases/kvrouter-operator.clusterserviceversion.yaml"
+
+// The images reach the CSV from config/manager: the manager's own as containerImage, the
+// RELATED_IMAGE_* variables and the CRD's vLLM default as relatedImages, after kustomize's
+// `images` (including the digest form a release uses).
+func TestImagesFollowConfigManager(t *testing.T) {
+	cfg := copyConfig(t)
+	edit(t, filepath.Join(cfg, "manager", "kustomization.yaml"), "- name: router\n  newName: ghcr.io/kvrouter/router\n  newTag: v0.1.0\n",
+		"- name: router\n  newName: registry.example.com/router\n  digest: sha256:0123456789012345678901234567890123456789012345678901234567890123\n")
+	fs, err := generate(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv := csvOf(t, fs)
+	want := []operatorsv1alpha1.RelatedImage{
+		{Name: "manager", Image: "ghcr.io/kvrouter/manager:v0.1.0"},
+		{Name: "router", Image: "registry.example.com/router@sha256:0123456789012345678901234567890123456789012345678901234567890123"},
+		{Name: "simulator", Image: "ghcr.io/kvrouter/vllm-sim:v0.1.0"},
+		{Name: "vllm", Image: "vllm/vllm-openai:v0.26.0"},
+	}
+	if !slices.Equal(csv.Spec.RelatedImages, want) {
+		t.Errorf("relatedImages = %v, want %v", csv.Spec.RelatedImages, want)
+	}
+	if got := csv.Annotations["containerImage"]; got != "ghcr.io/kvrouter/manager:v0.1.0" {
+		t.Errorf("containerImage = %q", got)
+	}
+}
+
+// disconnected: "true" needs every related image pinned by digest; the generator refuses the
+// claim otherwise instead of writing it.
+func TestDisconnectedNeedsDigests(t *testing.T) {
+	cfg := copyConfig(t)
+	edit(t, filepath.Join(cfg, csvBase), `features.operators.openshift.io/disconnected: "false"`, `features.operators.openshift.io/disconnected: "true"`)
+	_, err := generate(cfg, "")
+	if err == nil || !strings.Contains(err.Error(), "not a digest") {
+		t.Fatalf("err = %v, want the tag-pinned image named", err)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	fs, err := generate(repoRoot+"/config", "v0.2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv := csvOf(t, fs)
+	if csv.Name != "kvrouter-operator.v0.2.0" || csv.Spec.Version.String() != "0.2.0" {
+		t.Errorf("name %s version %s", csv.Name, csv.Spec.Version.String())
+	}
+	if _, err := generate(repoRoot+"/config", "two"); err == nil {
+		t.Error("a version that is not semver was accepted")
+	}
+}
+
+// Inputs the generator cannot turn into a correct bundle are refused with what to fix.
+func TestGenerateRefusesBadInput(t *testing.T) {
+	for name, tc := range map[string]struct {
+		file, old, new, want string
+	}{
+		"unknown field in the base":              {csvBase, "  maturity: alpha\n", "  maturity: alpha\n  matruity: beta\n", "matruity"},
+		"descriptor for a field the CRD lacks":   {csvBase, "      - path: model.servedName\n", "      - path: model.servedNam\n", `"model.servedNam"`},
+		"descriptor inside a whole-object field": {csvBase, "      - path: router.policy\n", "      - path: router.resources.limits\n        displayName: Limits\n      - path: router.policy\n", "router.resources.limits"},
+		"default channel outside the channels":   {"manifests/package.yaml", "defaultChannel: candidate", "defaultChannel: stable", "defaultChannel"},
+		"related image default the CRD lacks":    {"manifests/package.yaml", "vllm: spec.engine.image", "vllm: spec.engine.imag", "spec.engine.imag"},
+		"owned CRD without display name":         {csvBase, "      displayName: KV Router\n", "", "displayName"},
+		"sample with an unknown field":           {"samples/kvrouter_minimal.yaml", "    name: Qwen/Qwen3-8B", "    name: Qwen/Qwen3-8B\n    nmae: x", "nmae"},
+		"binding of the operator and someone else": {"rbac/role_binding.yaml", "  namespace: kvrouter-system\n",
+			"  namespace: kvrouter-system\n- kind: User\n  name: alice\n  apiGroup: rbac.authorization.k8s.io\n", "other subjects"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := copyConfig(t)
+			edit(t, filepath.Join(cfg, tc.file), tc.old, tc.new)
+			_, err := generate(cfg, "")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func schema(t *testing.T, y string) *apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	var s apiextensionsv1.JSONSchemaProps
+	if err := yaml.Unmarshal([]byte(y), &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+// A field nobody described still gets a descriptor, with an x-descriptor for its type; the base
+// orders the fields it names first and its x-descriptors replace the derived ones; arrays, maps
+// and whole objects are not walked into.
+func TestDeriveDescriptors(t *testing.T) {
+	s := schema(t, `
+type: object
+properties:
+  zeta: {type: boolean, description: "Zeta toggles.\n\nMore detail."}
+  alpha:
+    type: object
+    description: Alpha groups.
+    properties:
+      policy: {type: string, enum: [A, B]}
+      count: {type: integer}
+      gpuURL: {type: string}
+  items: {type: array, items: {type: object, properties: {x: {type: string}}}}
+  labels: {type: object, additionalProperties: {type: string}}
+  res:
+    type: object
+    properties:
+      limits: {type: object, additionalProperties: {type: string}}
+  size: {x-kubernetes-int-or-string: true, anyOf: [{type: integer}, {type: string}]}
+`)
+	base := []descriptor{
+		{Path: "zeta", DisplayName: "Zeta Switch"},
+		{Path: "res", XDescriptors: []string{"urn:alm:descriptor:com.tectonic.ui:resourceRequirements"}},
+		{Path: "alpha.count", XDescriptors: []string{"urn:alm:descriptor:com.tectonic.ui:podCount"}},
+	}
+	got, err := deriveDescriptors(s, base, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(got, "", " ")
+	var paths []string
+	for _, d := range got {
+		paths = append(paths, d.Path)
+	}
+	wantPaths := []string{"zeta", "res", "alpha", "alpha.count", "alpha.gpuURL", "alpha.policy", "items", "labels", "size"}
+	if !slices.Equal(paths, wantPaths) {
+		t.Fatalf("paths %v, want %v", paths, wantPaths)
+	}
+	byPath := map[string]descriptor{}
+	for _, d := range got {
+		byPath[d.Path] = d
+	}
+	for path, want := range map[string]descriptor{
+		"zeta":         {DisplayName: "Zeta Switch", Description: "Zeta toggles.", XDescriptors: []string{xBooleanSwitch}},
+		"alpha.count":  {DisplayName: "Count", XDescriptors: []string{"urn:alm:descriptor:com.tectonic.ui:podCount"}},
+		"alpha.gpuURL": {DisplayName: "GPU URL", XDescriptors: []string{xText}},
+		"alpha.policy": {DisplayName: "Policy", XDescriptors: []string{xSelectPrefix + "A", xSelectPrefix + "B"}},
+		"alpha":        {DisplayName: "Alpha", Description: "Alpha groups."},
+		"size":         {DisplayName: "Size", XDescriptors: []string{xText}},
+	} {
+		d := byPath[path]
+		if d.DisplayName != want.DisplayName || d.Description != want.Description || !slices.Equal(d.XDescriptors, want.XDescriptors) {
+			t.Errorf("%s = %+v, want %+v\n%s", path, d, want, b)
+		}
+	}
+	status, err := deriveDescriptors(s, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range status {
+		if len(d.XDescriptors) != 0 {
+			t.Errorf("status descriptor %s got type x-descriptors %v; the spec form widgets do not apply", d.Path, d.XDescriptors)
+		}
+	}
+	if _, err := deriveDescriptors(s, []descriptor{{Path: "zeta"}, {Path: "zeta"}}, true); err == nil {
+		t.Error("a path listed twice in the base was accepted")
+	}
+}
+
+func TestDisplayName(t *testing.T) {
+	for in, want := range map[string]string{
+		"tensorParallelSize": "Tensor Parallel Size", "cachePVC": "Cache PVC", "hfTokenSecret": "HF Token Secret",
+		"url": "URL", "gpu": "GPU", "perNode": "Per Node", "eventsHealthy": "Events Healthy", "kvUsage": "KV Usage",
+	} {
+		if got := displayName(in); got != want {
+			t.Errorf("displayName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A ClusterRole granted cluster-wide is split by scope: namespaced rules become permissions, the
+// rest stay cluster-wide; a rule over two groups of different scope is split per group; a
+// resource of unknown scope is an error rather than a guess.
+func TestSplitRulesByScope(t *testing.T) {
+	crds := map[string]bool{"serving.kvrouter.dev/kvrouters": true, "a.example.dev/things": true, "b.example.dev/things": false}
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"serving.kvrouter.dev"}, Resources: []string{"kvrouters/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"a.example.dev", "b.example.dev"}, Resources: []string{"things"}, Verbs: []string{"list"}},
+		{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
+	}
+	ns, cl, err := splitRulesByScope(rules, crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources := func(rs []rbacv1.PolicyRule) []string {
+		var out []string
+		for _, r := range rs {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					out = append(out, g+"/"+res+":"+strings.Join(r.Verbs, ","))
+				}
+			}
+			for _, u := range r.NonResourceURLs {
+				out = append(out, u+":"+strings.Join(r.Verbs, ","))
+			}
+		}
+		return out
+	}
+	if got, want := resources(ns), []string{"/pods:get", "serving.kvrouter.dev/kvrouters/status:patch", "a.example.dev/things:list"}; !slices.Equal(got, want) {
+		t.Errorf("namespaced %v, want %v", got, want)
+	}
+	if got, want := resources(cl), []string{"/nodes:get", "b.example.dev/things:list", "/metrics:get"}; !slices.Equal(got, want) {
+		t.Errorf("cluster %v, want %v", got, want)
+	}
+	unknown := []rbacv1.PolicyRule{{APIGroups: []string{"example.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get"}}}
+	if _, _, err := splitRulesByScope(unknown, crds); err == nil || !strings.Contains(err.Error(), "widgets") {
+		t.Errorf("a resource of unknown scope: err = %v", err)
+	}
+}
+
+// What the CSV installs from config/: the manager Deployment; its RBAC as permissions only (every
+// rule of the manager's ClusterRole is on namespaced resources, so OLM scopes it to the
+// OperatorGroup's namespaces); the leader-election Role with it. The aggregated editor and viewer
+// ClusterRoles and the metrics Service are bundle files without a namespace; the Namespace, the
+// ServiceAccount and the bindings are OLM's to create.
+func TestInstallStrategyFromConfig(t *testing.T) {
+	fs, err := generate(repoRoot+"/config", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv := csvOf(t, fs)
+	st := csv.Spec.InstallStrategy.StrategySpec
+	if len(st.DeploymentSpecs) != 1 || st.DeploymentSpecs[0].Name != "kvrouter-manager" {
+		t.Fatalf("deployments %v", st.DeploymentSpecs)
+	}
+	if len(st.ClusterPermissions) != 0 {
+		t.Errorf("clusterPermissions %v, want none", st.ClusterPermissions)
+	}
+	if len(st.Permissions) != 1 || st.Permissions[0].ServiceAccountName != "kvrouter-manager" {
+		t.Fatalf("permissions %v", st.Permissions)
+	}
+	var granted []string
+	for _, r := range st.Permissions[0].Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				granted = append(granted, g+"/"+res)
+			}
+		}
+	}
+	for _, want := range []string{"coordination.k8s.io/leases", "serving.kvrouter.dev/kvrouters", "serving.kvrouter.dev/kvrouters/status", "apps/deployments"} {
+		if !slices.Contains(granted, want) {
+			t.Errorf("permissions lack %s: %v", want, granted)
+		}
+	}
+	var manifests []string
+	for name, b := range fs {
+		if dir, file := filepath.Split(name); dir == filepath.Join(bundleDir, "manifests")+"/" {
+			manifests = append(manifests, file)
+			if strings.Contains(string(b), "\n  namespace: ") {
+				t.Errorf("%s carries a namespace; OLM installs into the OperatorGroup's", file)
+			}
+		}
+	}
+	slices.Sort(manifests)
+	want := []string{
+		"kvrouter-editor_rbac.authorization.k8s.io_v1_clusterrole.yaml",
+		"kvrouter-manager-metrics_v1_service.yaml",
+		"kvrouter-operator.clusterserviceversion.yaml",
+		"kvrouter-viewer_rbac.authorization.k8s.io_v1_clusterrole.yaml",
+		"serving.kvrouter.dev_kvrouters.yaml",
+	}
+	if !slices.Equal(manifests, want) {
+		t.Errorf("manifests %v, want %v", manifests, want)
+	}
+}

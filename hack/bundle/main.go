@@ -1,0 +1,44 @@
+// Command bundle writes the OLM bundle, bundle/ and bundle.Dockerfile, from the kustomize tree in
+// config/ (`make bundle`). It stands in for `operator-sdk generate bundle`, which this repository
+// does not download: see docs/openshift.md for what it reads and writes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func main() {
+	configDir := flag.String("config", "config", "the kustomize tree to read")
+	out := flag.String("out", ".", "directory to write bundle/ and bundle.Dockerfile into")
+	version := flag.String("version", "", "CSV version (semver); empty: spec.version of the CSV base")
+	flag.Parse()
+	fs, err := generate(*configDir, *version)
+	if err == nil {
+		err = write(*out, fs)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bundle:", err)
+		os.Exit(1)
+	}
+}
+
+// write replaces bundle/ under dir with fs, so that manifests the config no longer produces go
+// away, and writes bundle.Dockerfile.
+func write(dir string, fs files) error {
+	if err := os.RemoveAll(filepath.Join(dir, bundleDir)); err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(fs) {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, fs[name], 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
