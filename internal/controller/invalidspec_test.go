@@ -22,13 +22,8 @@ import (
 // reach the operator as an object stored before the CRD carried those rules (CEL checks writes,
 // not what is stored). A fake client, which validates nothing, stands in for that cluster.
 func TestReconcileRefusedSpec(t *testing.T) {
-	scheme, err := NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvr := testKVRouter()
-	kvr.UID = "uid-1"
-	kvr.Spec.Simulate = true
+	scheme := testScheme(t)
+	kvr := simulatedKVRouter()
 	kvr.Spec.Engine.ExtraArgs = []string{"--block-size", "32"}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(kvr).WithStatusSubresource(&v1alpha1.KVRouter{}).Build()
 	rec := events.NewFakeRecorder(10)

@@ -29,13 +29,8 @@ import (
 // still be reported as serving.
 func partialFailureFixture(t *testing.T, funcs interceptor.Funcs) (*KVRouterReconciler, client.Client, *v1alpha1.KVRouter) {
 	t.Helper()
-	scheme, err := NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvr := testKVRouter()
-	kvr.UID = "uid-1"
-	kvr.Spec.Simulate = true
+	scheme := testScheme(t)
+	kvr := simulatedKVRouter()
 	render.Default(kvr)
 	running := func(name string, n int32) *appsv1.Deployment {
 		return &appsv1.Deployment{
@@ -60,6 +55,25 @@ func partialFailureFixture(t *testing.T, funcs interceptor.Funcs) (*KVRouterReco
 		kinds: newKindRegistry(c.RESTMapper(), time.Minute), watched: map[schema.GroupVersionKind]bool{},
 		ctrl: fakeWatches{}}
 	return r, c, kvr
+}
+
+// testScheme is the operator's scheme (NewScheme), failing the test if it cannot be built.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme, err := NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// simulatedKVRouter is testKVRouter with a UID (children's ownerReferences need one) in
+// simulate mode, as a fake cluster without GPUs runs it.
+func simulatedKVRouter() *v1alpha1.KVRouter {
+	kvr := testKVRouter()
+	kvr.UID = "uid-1"
+	kvr.Spec.Simulate = true
+	return kvr
 }
 
 func reconcileOnce(t *testing.T, r *KVRouterReconciler, c client.Client, kvr *v1alpha1.KVRouter) (*v1alpha1.KVRouter, error) {
