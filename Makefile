@@ -74,7 +74,7 @@ test-unit: ## Run the tests that need no control plane (envtest suites are named
 
 .PHONY: test-operator
 test-operator: envtest ## Run the operator's tests: the envtest suite (real kube-apiserver + Gateway API, KEDA, LWS CRDs) and the manager.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/controller/... ./cmd/manager/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/operator/controller/... ./cmd/manager/...
 
 SOAK ?= 10m
 CHURN ?= 60s

@@ -146,7 +146,7 @@ type EngineSpec struct {
 	// +optional
 	PrefixCachingHashAlgo string `json:"prefixCachingHashAlgo,omitempty"`
 
-	// The CEL rule below mirrors internal/render.ManagedEngineFlags;
+	// The CEL rule below mirrors internal/operator/render.ManagedEngineFlags;
 	// TestCRDRulesAgreeWithValidate keeps them in step.
 
 	// ExtraArgs are appended to the vLLM command line. They may not repeat a flag the operator

@@ -15,7 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/bench/report"
 	"github.com/kvrouter/kvrouter/internal/bench/simulate"
 	"github.com/kvrouter/kvrouter/internal/bench/workload"
-	"github.com/kvrouter/kvrouter/internal/policy"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
 )
 
 func runSimulate(args []string, log *slog.Logger) error {

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kvrouter/kvrouter/internal/controller"
-	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/operator/controller"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
 func main() {

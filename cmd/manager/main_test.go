@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/controller"
-	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/operator/controller"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
 // clearImageEnv unsets every variable an image flag defaults from.

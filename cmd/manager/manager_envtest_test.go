@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/controller"
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/internal/operator/controller"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // TestEnvtestManager runs the manager binary's code path (flags, kubeconfig, scheme, cache,

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
 // failingMapper answers every lookup with a discovery error that is not "no such kind".

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/controller"
-	"github.com/kvrouter/kvrouter/internal/fleettest"
-	"github.com/kvrouter/kvrouter/internal/rbacaudit"
+	"github.com/kvrouter/kvrouter/internal/operator/controller"
+	"github.com/kvrouter/kvrouter/test/fleettest"
+	"github.com/kvrouter/kvrouter/test/rbacaudit"
 )
 
 // TestEnvtestManagerLeaderElectionRBAC runs the manager's code path with leader election as a
@@ -30,7 +30,7 @@ import (
 // and the leader-election Role in kvrouter-system), and checks from the API server's audit log
 // that no request of the manager was refused and that it used every permission of the
 // leader-election Role. The controller's own permissions are checked the same way, over far
-// more behaviour, by internal/controller's suite (rbac_test.go).
+// more behaviour, by internal/operator/controller's suite (rbac_test.go).
 func TestEnvtestManagerLeaderElectionRBAC(t *testing.T) {
 	if os.Getenv(inOwnProcess) == "" {
 		// runManager registers the controller under its name, which a process allows once

@@ -15,7 +15,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
 // runRender implements `manager render -f FILE [--router-image IMG] [--simulator-image IMG]

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/kvrouter/kvrouter/internal/kvevents"
-	"github.com/kvrouter/kvrouter/internal/kvindex"
-	"github.com/kvrouter/kvrouter/internal/kvstream"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvstream"
 )
 
 // indexDump is GET /debug/kvindex on the debug listener (--pprof-addr): what the index holds per

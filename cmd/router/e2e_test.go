@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests: real vllm-sim processes and a real router process, file discovery, loopback
-// only (internal/fleettest starts them; the binaries are built once in TestMain).
+// only (test/fleettest starts them; the binaries are built once in TestMain).
 
 import (
 	"bufio"
@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
@@ -104,7 +104,7 @@ func TestE2ESaturatedHolderReleased(t *testing.T) {
 			defer wg.Done()
 			// Each request also brings its own 400 words to prefill, so the burst builds a real
 			// prefill queue on the holder (a burst of cheap suffixes batches there for free and
-			// is rightly kept: see internal/policy's saturated).
+			// is rightly kept: see internal/router/policy's saturated).
 			p := prompt("beta", 800, i) + strings.Repeat(fmt.Sprintf(" detail%d", i), 400)
 			resp, err := http.Post(r.URL+"/v1/completions", "application/json", strings.NewReader(fleettest.Completion(p, 2, false)))
 			if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // TestE2ENoPromptsOrSecretsInLogs runs the data plane at the default log level with prompts

@@ -32,12 +32,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kvrouter/kvrouter/internal/discovery"
-	"github.com/kvrouter/kvrouter/internal/kvindex"
-	"github.com/kvrouter/kvrouter/internal/kvstream"
-	"github.com/kvrouter/kvrouter/internal/loadsignal"
-	"github.com/kvrouter/kvrouter/internal/policy"
-	"github.com/kvrouter/kvrouter/internal/proxy"
+	"github.com/kvrouter/kvrouter/internal/router/discovery"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvstream"
+	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
+	"github.com/kvrouter/kvrouter/internal/router/proxy"
 )
 
 type options struct {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // TestSizingPoint measures the router process alone against llm-d's published EPP sizing point

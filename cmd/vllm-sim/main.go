@@ -20,12 +20,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
 	"github.com/kvrouter/kvrouter/internal/sim/server"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 var spec = map[string]argSpec{

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/controller"
+	"github.com/kvrouter/kvrouter/internal/operator/controller"
 )
 
 var update = flag.Bool("update", false, "rewrite config/argocd/argocd-cm-patch.yaml from health.lua")
@@ -35,7 +35,7 @@ const (
 
 // The packages whose exported Condition* and Reason* constants are every condition type and
 // reason a KVRouter can carry: the reconciler's and the router status poller's.
-var vocabularyPackages = []string{"../../internal/controller", "../../internal/routerstatus"}
+var vocabularyPackages = []string{"../../internal/operator/controller", "../../internal/operator/routerstatus"}
 
 // healthTests is Argo CD's health_test.yaml format (resource_customizations/<group>/<kind>/).
 type healthTests struct {

@@ -1,6 +1,6 @@
 // Package e2e runs the status and scaling loop end to end on loopback: real vllm-sim engines, a
-// real router with file discovery (both started by internal/fleettest), and the operator's status
-// code (internal/routerstatus) reading the router. The binaries are built once in TestMain;
+// real router with file discovery (both started by test/fleettest), and the operator's status
+// code (internal/operator/routerstatus) reading the router. The binaries are built once in TestMain;
 // -short skips these tests.
 package e2e
 
@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }

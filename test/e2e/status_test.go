@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/internal/operator/routerstatus"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
-	"github.com/kvrouter/kvrouter/internal/routerstatus"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 const (

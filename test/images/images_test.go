@@ -22,7 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvrouter/kvrouter/internal/render"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
 	"github.com/kvrouter/kvrouter/test/wrappers"
 )
 

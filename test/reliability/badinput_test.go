@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // Bad requests against the router binary: each gets its OpenAI-style error and none reaches

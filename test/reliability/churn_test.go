@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // idleGoroutines is the router's goroutine count once the load's connections are closed and

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // A slow tokenizer (slower than --tokenize-timeout), then a failing one (/tokenize answers 500):

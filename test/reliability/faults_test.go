@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
-	"github.com/kvrouter/kvrouter/internal/routerstatus"
+	"github.com/kvrouter/kvrouter/internal/operator/routerstatus"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // With no fault, the index agrees exactly with the engines once they are idle: the baseline
@@ -132,7 +132,7 @@ func TestDroppedEventsRepairedByReplay(t *testing.T) {
 // Replay unavailable: a gap the engine cannot replay (its replay socket down, or its buffer
 // shorter than the gap) makes the router drop the engine's entries rather than keep blocks it
 // may have missed the removal of; the source is reported partial and EventsDegraded (on
-// /v1/status and, through internal/routerstatus, on the KVRouter). The index then holds a
+// /v1/status and, through internal/operator/routerstatus, on the KVRouter). The index then holds a
 // subset of the engine's cache, and is exact again after the engine resets its cache.
 func TestReplayUnavailable(t *testing.T) {
 	fleettest.NeedBinaries(t)
@@ -264,7 +264,7 @@ func resetPrefixCache(t *testing.T, e *fleettest.Engine) {
 	}
 }
 
-// kvrouterCondition runs the operator's status code (internal/routerstatus) over the router's
+// kvrouterCondition runs the operator's status code (internal/operator/routerstatus) over the router's
 // status document, as the operator's poller does (twice: the conditions have hysteresis), and
 // returns the condition of type typ.
 func kvrouterCondition(t *testing.T, doc routerapi.Status, typ string) *metav1.Condition {

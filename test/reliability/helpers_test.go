@@ -1,5 +1,5 @@
 // Package reliability proves the router's promises under faults, load and bad input, end to end
-// on loopback: real vllm-sim engines and a real router (internal/fleettest starts them). Every
+// on loopback: real vllm-sim engines and a real router (test/fleettest starts them). Every
 // test drives a known load, classifies each request's outcome (fleettest.Outcome: completed,
 // clear error, lost), requires zero lost, and then checks that the router's index agrees with
 // what the engines hold (fleettest.CheckConsistent). docs/reliability.md has the figures.
@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 // The router restarted under load (SIGTERM, then a new process on the same port): requests in

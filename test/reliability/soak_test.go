@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/fleettest"
+	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 var soakRate = flag.Float64("soak-rate", 20, "soak test arrivals per second")

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
 // dynamo is NVIDIA Dynamo's KV router with its default linear cost (peer-policies.md §2.2):

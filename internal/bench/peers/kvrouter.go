@@ -1,15 +1,15 @@
 package peers
 
 import (
-	"github.com/kvrouter/kvrouter/internal/kvindex"
-	"github.com/kvrouter/kvrouter/internal/loadsignal"
-	"github.com/kvrouter/kvrouter/internal/policy"
-	"github.com/kvrouter/kvrouter/internal/policyinput"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
+	"github.com/kvrouter/kvrouter/internal/router/policyinput"
 )
 
-// kvrouter drives the shipping router's code, not a copy: internal/policy decides, internal/
+// kvrouter drives the shipping router's code, not a copy: internal/router/policy decides, internal/
 // kvindex (fed by the engines' KV events, with predictions recorded at dispatch) says what each
-// engine holds, and internal/loadsignal keeps the router-local load accounting. Only the glue
+// engine holds, and internal/router/loadsignal keeps the router-local load accounting. Only the glue
 // between them (a few lines the router also has) lives here.
 type kvrouter struct {
 	pol     *policy.Policy
@@ -41,7 +41,7 @@ type kvrDispatch struct {
 
 func kvrouterFactory(name, kind string, tune policy.Config) Factory {
 	return Factory{
-		Name: name, Source: "internal/policy " + kind, NeedsEvents: true,
+		Name: name, Source: "internal/router/policy " + kind, NeedsEvents: true,
 		New: func(e Env) Policy {
 			cfg := tune
 			cfg.Kind, cfg.BlockSize = policy.Kind(kind), e.BlockSize
@@ -63,7 +63,7 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	p.load.Loads(p.names, p.loads, nil)
 	cached := map[string]policy.Cached{}
 	if p.ix != nil {
-		// The same conversion the router does (internal/policyinput), so simulation tests
+		// The same conversion the router does (internal/router/policyinput), so simulation tests
 		// exactly what ships.
 		for _, m := range p.ix.Lookup(r.Tokens, kvindex.LookupOptions{}) {
 			if c := policyinput.Cached(m, p.block); c.Total() > cached[m.Source.Endpoint].Total() {

@@ -3,7 +3,7 @@ package peers
 import (
 	"math/rand/v2"
 
-	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
 // llmdPrecise is llm-d's precise prefix routing (peer-policies.md §1.3): the prefix-cache-scorer

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
 // oracle is the hit-rate upper bound: it knows exactly what every engine holds at this instant

@@ -1,7 +1,7 @@
 // Package peers holds every routing policy kvbench compares, each reimplemented at formula level
 // from ../shared/design/peer-policies.md (the section is cited in each file), behind one small
 // interface so that one harness drives them all on the same workload. kvrouter's own policies are
-// not reimplemented: kvrouter.go adapts the shipping internal/policy package.
+// not reimplemented: kvrouter.go adapts the shipping internal/router/policy package.
 //
 // Policies are driven by one goroutine (the simulation loop or the live load generator holds a
 // lock); none is safe for concurrent use.
@@ -12,9 +12,9 @@ import (
 	"math/rand/v2"
 	"sort"
 
-	"github.com/kvrouter/kvrouter/internal/kvevents"
-	"github.com/kvrouter/kvrouter/internal/kvindex"
-	"github.com/kvrouter/kvrouter/internal/policy"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
 )
 
 // Endpoint is one engine as a router sees it at decision time.
@@ -83,7 +83,7 @@ type Factory struct {
 type Options struct {
 	// KVRouter overrides kvrouter's policy knobs (zero fields keep the shipping defaults; Kind
 	// and BlockSize are always set by the harness). This is how the defaults are calibrated
-	// against the peers without touching internal/policy.
+	// against the peers without touching internal/router/policy.
 	KVRouter policy.Config
 }
 

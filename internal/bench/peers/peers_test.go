@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/internal/kvevents"
-	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
 const bs = 16

@@ -1,12 +1,12 @@
 package simulate
 
 import (
-	"github.com/kvrouter/kvrouter/internal/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 )
 
 // toBatch converts the simulator's KV events into the decoded form the index ingests, exactly
-// what internal/kvevents would produce from the published msgpack (integer block hashes, GPU
+// what internal/router/kvevents would produce from the published msgpack (integer block hashes, GPU
 // medium), without the encode/decode round trip that live mode pays.
 func toBatch(evs []kvevent.Event, ts float64) *kvevents.Batch {
 	b := &kvevents.Batch{TS: ts, Events: make([]kvevents.Event, 0, len(evs))}

@@ -1,7 +1,7 @@
 // Package simulate runs a workload through a fleet of simulated vLLM engines in virtual time: a
 // discrete-event simulation in one goroutine, deterministic for a seed. The engines are the
 // simulator's own engine core (internal/sim/engine) and the routing is a peers.Policy, which for
-// kvrouter is the shipping internal/policy code over an internal/kvindex fed with the engines'
+// kvrouter is the shipping internal/router/policy code over an internal/router/kvindex fed with the engines'
 // real KV events. Nothing here sleeps: an hour of traffic runs in seconds.
 package simulate
 
@@ -15,8 +15,8 @@ import (
 	"github.com/kvrouter/kvrouter/internal/bench/metrics"
 	"github.com/kvrouter/kvrouter/internal/bench/peers"
 	"github.com/kvrouter/kvrouter/internal/bench/workload"
-	"github.com/kvrouter/kvrouter/internal/kvevents"
-	"github.com/kvrouter/kvrouter/internal/kvindex"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
 )

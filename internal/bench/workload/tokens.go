@@ -3,7 +3,7 @@ package workload
 import (
 	"strings"
 
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 // Synthetic prompts are drawn from a vocabulary of three-letter words. The simulator's tokenizer

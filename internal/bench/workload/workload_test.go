@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 func TestSegmentTextTokenizesToSegmentTokens(t *testing.T) {

@@ -9,12 +9,12 @@ package engine
 import (
 	"fmt"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 	"github.com/kvrouter/kvrouter/internal/sim/scheduler"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 // Config describes one engine.
@@ -29,7 +29,7 @@ type Config struct {
 	MaxNumSeqs           int // default 256
 	MaxNumBatchedTokens  int // default 8192
 	MaxModelLen          int // default: the model's native length
-	// HashAlgo and HashSeed select the block hash (see internal/blockhash); a nil seed means
+	// HashAlgo and HashSeed select the block hash (see internal/sim/blockhash); a nil seed means
 	// PYTHONHASHSEED unset: random per engine start.
 	HashAlgo string
 	HashSeed *string

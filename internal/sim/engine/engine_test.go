@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
 )

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 )
 

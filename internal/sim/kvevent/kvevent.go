@@ -2,7 +2,7 @@
 // encoding (internal/sim/kvpublish) so that the engine core and kvbench can use them without ZMQ.
 package kvevent
 
-import "github.com/kvrouter/kvrouter/internal/blockhash"
+import "github.com/kvrouter/kvrouter/internal/sim/blockhash"
 
 // Kind says which vLLM event a value stands for.
 type Kind uint8

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 )
 

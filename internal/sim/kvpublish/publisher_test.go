@@ -16,7 +16,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 )
 

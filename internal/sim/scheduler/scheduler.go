@@ -10,7 +10,7 @@ package scheduler
 import (
 	"fmt"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
 )
 

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"testing"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
 )
 

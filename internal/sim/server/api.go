@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvrouter/kvrouter/internal/apikey"
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 // maxBody bounds request bodies; real prompts fit easily.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"

@@ -14,7 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
-	"github.com/kvrouter/kvrouter/internal/tokenizer"
+	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 // Options configure a Server.

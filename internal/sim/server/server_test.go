@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvrouter/kvrouter/internal/blockhash"
+	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
 )

@@ -1,0 +1,414 @@
+package render_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
+)
+
+// objectViolations lists every way objs, rendered from kvr with opts, would be refused by an
+// API server or break a contract between them: names, labels, ownership, selectors that miss
+// their pods, ports, pod security, the KV-event NetworkPolicy, and JSON round trips.
+func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options, objs []client.Object) []string {
+	t.Helper()
+	var out []string
+	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	addErrs := func(where string, errs field.ErrorList) {
+		for _, e := range errs {
+			add("%s: %v", where, e)
+		}
+	}
+
+	seen := map[string]bool{}
+	var (
+		router   corev1.PodTemplateSpec
+		service  *corev1.Service
+		servers  []corev1.PodTemplateSpec // engine pods that serve HTTP and publish KV events
+		workers  []corev1.PodTemplateSpec
+		policies []*networkingv1.NetworkPolicy
+	)
+	for _, o := range objs {
+		gvk := o.GetObjectKind().GroupVersionKind()
+		id := gvk.Kind + " " + o.GetName()
+		if gvk.Kind == "" || gvk.Version == "" {
+			add("%s: no apiVersion or kind", id)
+		}
+		if seen[id] {
+			add("%s rendered twice", id)
+		}
+		seen[id] = true
+		if o.GetNamespace() != kvr.Namespace {
+			add("%s: namespace %q, want %q", id, o.GetNamespace(), kvr.Namespace)
+		}
+		for _, msg := range validation.IsDNS1123Label(o.GetName()) {
+			add("%s: name: %s", id, msg)
+		}
+		addErrs(id, metav1validation.ValidateLabels(o.GetLabels(), field.NewPath("metadata", "labels")))
+		addErrs(id, apivalidation.ValidateAnnotations(o.GetAnnotations(), field.NewPath("metadata", "annotations")))
+		if o.GetLabels()[render.LabelKVRouter] != kvr.Name || o.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
+			add("%s: labels %v lack the KVRouter's or managed-by", id, o.GetLabels())
+		}
+		refs := o.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].APIVersion != v1alpha1.GroupVersion.String() || refs[0].Kind != "KVRouter" ||
+			refs[0].Name != kvr.Name || refs[0].UID != kvr.UID || refs[0].Controller == nil || !*refs[0].Controller {
+			add("%s: ownerReferences %+v, want one controller reference to KVRouter %s (%s)", id, refs, kvr.Name, kvr.UID)
+		}
+		if err := roundTrips(o); err != nil {
+			add("%s: %v", id, err)
+		}
+
+		switch w := o.(type) {
+		case *appsv1.Deployment:
+			if !selectorSelects(t, w.Spec.Selector, w.Spec.Template.Labels) {
+				add("%s: selector %v does not select its pods %v", id, w.Spec.Selector, w.Spec.Template.Labels)
+			}
+			if w.Name == render.RouterName(kvr) {
+				router = w.Spec.Template
+			} else {
+				servers = append(servers, w.Spec.Template)
+			}
+		case *lwsv1.LeaderWorkerSet:
+			tpl := w.Spec.LeaderWorkerTemplate
+			if tpl.LeaderTemplate == nil {
+				add("%s: no leader template", id)
+			} else {
+				servers = append(servers, *tpl.LeaderTemplate)
+			}
+			workers = append(workers, tpl.WorkerTemplate)
+		case *corev1.Service:
+			service = w
+			for _, msg := range validation.IsDNS1035Label(w.Name) {
+				add("%s: name: %s", id, msg)
+			}
+		case *networkingv1.NetworkPolicy:
+			policies = append(policies, w)
+		}
+	}
+	if router.Labels == nil || service == nil || len(servers) != 1 {
+		add("want one router Deployment, one Service and one serving engine template; got router %v, Service %v, %d engine templates",
+			router.Labels != nil, service != nil, len(servers))
+		return out
+	}
+
+	for where, tpl := range podTemplates(objs) {
+		addErrs(where, metav1validation.ValidateLabels(tpl.Labels, field.NewPath("template", "labels")))
+		addErrs(where, apivalidation.ValidateAnnotations(tpl.Annotations, field.NewPath("template", "annotations")))
+		for _, v := range podSpecViolations(tpl.Spec) {
+			add("%s: %s", where, v)
+		}
+		userEnv := map[string]bool{}
+		for _, e := range kvr.Spec.Engine.Env {
+			userEnv[e.Name] = true
+		}
+		policy := podPolicy{openShift: opts.PlatformAssignsUID, specUID: kvr.Spec.Engine.RunAsUser,
+			nonRootImages: withImages(kvrouterImages, kvr.Spec.Router.Image), userEnv: userEnv}
+		for _, v := range podViolations(tpl, policy) {
+			add("%s: %s", where, v)
+		}
+	}
+
+	// The router finds exactly the serving engine pods.
+	engineSel, err := labels.Parse(render.EngineSelector(kvr))
+	if err != nil {
+		add("EngineSelector: %v", err)
+	} else {
+		for _, s := range servers {
+			if !engineSel.Matches(labels.Set(s.Labels)) {
+				add("EngineSelector %s misses the serving engine pods %v", engineSel, s.Labels)
+			}
+		}
+		for _, w := range workers {
+			if engineSel.Matches(labels.Set(w.Labels)) {
+				add("EngineSelector %s selects headless workers %v", engineSel, w.Labels)
+			}
+		}
+	}
+	if !labels.SelectorFromSet(service.Spec.Selector).Matches(labels.Set(router.Labels)) {
+		add("Service %s selects %v, not the router pods %v", service.Name, service.Spec.Selector, router.Labels)
+	}
+	routerPorts := containerPorts(router.Spec)
+	for _, p := range service.Spec.Ports {
+		if p.TargetPort.StrVal != "" && !slices.ContainsFunc(routerPorts, func(c corev1.ContainerPort) bool { return c.Name == p.TargetPort.StrVal }) {
+			add("Service %s targets port %q, which the router pods lack", service.Name, p.TargetPort.StrVal)
+		}
+	}
+
+	for _, o := range objs {
+		id := o.GetObjectKind().GroupVersionKind().Kind + " " + o.GetName()
+		switch w := o.(type) {
+		case *policyv1.PodDisruptionBudget:
+			if !selectorSelects(t, w.Spec.Selector, router.Labels) {
+				add("%s does not select the router pods", id)
+			}
+		case *gwapiv1.HTTPRoute:
+			for _, r := range w.Spec.Rules {
+				for _, b := range r.BackendRefs {
+					if string(b.Name) != service.Name || b.Port == nil || !slices.ContainsFunc(service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *b.Port }) {
+						add("%s: backendRef %s:%v is not a port of Service %s", id, b.Name, b.Port, service.Name)
+					}
+				}
+			}
+		case *unstructured.Unstructured:
+			out = append(out, unstructuredViolations(t, kvr, w, service, servers, workers)...)
+		}
+	}
+
+	// KV events leave the engines for this KVRouter's router pods only.
+	routerPod := pod{name: "router", namespace: kvr.Namespace, labels: router.Labels}
+	twin := routerPod
+	twin.name, twin.namespace = "the same router in another namespace", kvr.Namespace+"x"
+	stranger := pod{name: "stranger", namespace: kvr.Namespace, labels: map[string]string{"app": "x"}}
+	for _, s := range servers {
+		dst := podOf("engine", kvr.Namespace, s)
+		for _, port := range []int32{render.KVEventsPort, render.KVReplayPort} {
+			if !ingressAllowed(t, policies, routerPod, dst, port) {
+				add("NetworkPolicy: port %d closed to the router", port)
+			}
+			for _, src := range []pod{twin, stranger} {
+				if ingressAllowed(t, policies, src, dst, port) {
+					add("NetworkPolicy: port %d open to %s", port, src.name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// unstructuredViolations checks the optional kinds rendered unstructured.
+func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructured.Unstructured, service *corev1.Service,
+	servers, workers []corev1.PodTemplateSpec) []string {
+	var out []string
+	id := u.GetKind() + " " + u.GetName()
+	matchLabels := func() labels.Selector {
+		m, _, err := unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+		if err != nil || len(m) == 0 {
+			out = append(out, fmt.Sprintf("%s: spec.selector.matchLabels %v (%v)", id, m, err))
+		}
+		return labels.SelectorFromSet(m)
+	}
+	endpointPorts := func(field string) []string {
+		eps, _, _ := unstructured.NestedSlice(u.Object, "spec", field)
+		var ports []string
+		for _, e := range eps {
+			p, _ := e.(map[string]any)["port"].(string)
+			ports = append(ports, p)
+		}
+		if len(ports) == 0 {
+			out = append(out, fmt.Sprintf("%s: no %s", id, field))
+		}
+		return ports
+	}
+	switch u.GetKind() {
+	case render.ServiceMonitorKind:
+		if !matchLabels().Matches(labels.Set(service.Labels)) {
+			out = append(out, fmt.Sprintf("%s does not select Service %s (%v)", id, service.Name, service.Labels))
+		}
+		for _, p := range endpointPorts("endpoints") {
+			if !slices.ContainsFunc(service.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == p }) {
+				out = append(out, fmt.Sprintf("%s scrapes port %q, which Service %s lacks", id, p, service.Name))
+			}
+		}
+	case render.PodMonitorKind:
+		sel := matchLabels()
+		ports := endpointPorts("podMetricsEndpoints")
+		for _, s := range servers {
+			if !sel.Matches(labels.Set(s.Labels)) {
+				out = append(out, fmt.Sprintf("%s does not select the engine pods %v", id, s.Labels))
+			}
+			for _, p := range ports {
+				if !slices.ContainsFunc(containerPorts(s.Spec), func(c corev1.ContainerPort) bool { return c.Name == p }) {
+					out = append(out, fmt.Sprintf("%s scrapes port %q, which the engine pods lack", id, p))
+				}
+			}
+		}
+		for _, w := range workers {
+			if sel.Matches(labels.Set(w.Labels)) {
+				out = append(out, fmt.Sprintf("%s selects headless workers, which serve no metrics", id))
+			}
+		}
+	case "ScaledObject":
+		ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "scaleTargetRef")
+		if ref["name"] != render.EngineWorkloadName(kvr) || ref["kind"] != render.EngineWorkloadKind(kvr) ||
+			ref["apiVersion"] != render.EngineWorkloadAPIVersion(kvr) {
+			out = append(out, fmt.Sprintf("%s: scaleTargetRef %v is not the engine workload", id, ref))
+		}
+	default:
+		out = append(out, fmt.Sprintf("%s: unexpected unstructured kind", id))
+	}
+	return out
+}
+
+// podSpecViolations are the pod spec rules of the API server that rendering could break.
+func podSpecViolations(spec corev1.PodSpec) []string {
+	var out []string
+	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	volumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if volumes[v.Name] {
+			add("volume %s twice", v.Name)
+		}
+		volumes[v.Name] = true
+		for _, msg := range validation.IsDNS1123Label(v.Name) {
+			add("volume %s: %s", v.Name, msg)
+		}
+		if c := v.PersistentVolumeClaim; c != nil {
+			for _, msg := range validation.IsDNS1123Subdomain(c.ClaimName) {
+				add("volume %s: claimName %q: %s", v.Name, c.ClaimName, msg)
+			}
+		}
+	}
+	for k, v := range spec.NodeSelector {
+		for _, msg := range slices.Concat(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)) {
+			add("nodeSelector %s=%s: %s", k, v, msg)
+		}
+	}
+	ports := map[int32]bool{}
+	portNames := map[string]bool{}
+	containers := map[string]bool{}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		if containers[c.Name] {
+			add("container %s twice", c.Name)
+		}
+		containers[c.Name] = true
+		for _, msg := range validation.IsDNS1123Label(c.Name) {
+			add("container %s: %s", c.Name, msg)
+		}
+		if c.Image == "" {
+			add("container %s: no image", c.Name)
+		}
+		for _, p := range c.Ports {
+			if p.ContainerPort < 1 || p.ContainerPort > 65535 || ports[p.ContainerPort] {
+				add("container %s: port %d out of range or twice in the pod", c.Name, p.ContainerPort)
+			}
+			ports[p.ContainerPort] = true
+			if p.Name != "" {
+				for _, msg := range validation.IsValidPortName(p.Name) {
+					add("container %s: port name %s: %s", c.Name, p.Name, msg)
+				}
+				if portNames[p.Name] {
+					add("container %s: port name %s twice in the pod", c.Name, p.Name)
+				}
+				portNames[p.Name] = true
+			}
+		}
+		env := map[string]bool{}
+		for _, e := range c.Env {
+			if env[e.Name] {
+				add("container %s: env %s twice (server-side apply refuses duplicate keys)", c.Name, e.Name)
+			}
+			env[e.Name] = true
+			for _, msg := range validation.IsEnvVarName(e.Name) {
+				add("container %s: env %s: %s", c.Name, e.Name, msg)
+			}
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				for _, msg := range validation.IsDNS1123Subdomain(e.ValueFrom.SecretKeyRef.Name) {
+					add("container %s: env %s from Secret %q: %s", c.Name, e.Name, e.ValueFrom.SecretKeyRef.Name, msg)
+				}
+			}
+		}
+		mounts := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			if !volumes[m.Name] {
+				add("container %s mounts unknown volume %s", c.Name, m.Name)
+			}
+			if mounts[m.MountPath] {
+				add("container %s mounts %s twice", c.Name, m.MountPath)
+			}
+			mounts[m.MountPath] = true
+		}
+		for _, probe := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+			if probe != nil && probe.HTTPGet != nil && probe.HTTPGet.Port.StrVal != "" &&
+				!slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == probe.HTTPGet.Port.StrVal }) {
+				add("container %s probes port %q, which it lacks", c.Name, probe.HTTPGet.Port.StrVal)
+			}
+		}
+	}
+	return out
+}
+
+func containerPorts(spec corev1.PodSpec) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, c := range spec.Containers {
+		out = append(out, c.Ports...)
+	}
+	return out
+}
+
+func selectorSelects(t testing.TB, s *metav1.LabelSelector, l map[string]string) bool {
+	t.Helper()
+	return s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0) && selects(t, s, l)
+}
+
+// roundTrips says whether obj survives JSON encoding and decoding into its own type unchanged,
+// which is what an apply and a read back do.
+func roundTrips(obj client.Object) error {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("encoding as JSON: %w", err)
+	}
+	back := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	if err := json.Unmarshal(b, back); err != nil {
+		return fmt.Errorf("decoding its JSON: %w", err)
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if !equality.Semantic.DeepEqual(u.Object, back.(*unstructured.Unstructured).Object) {
+			return fmt.Errorf("changes in a JSON round trip")
+		}
+		return nil
+	}
+	if !equality.Semantic.DeepEqual(obj, back) {
+		return fmt.Errorf("changes in a JSON round trip")
+	}
+	if _, err := render.ToUnstructured(obj); err != nil {
+		return err
+	}
+	return nil
+}
+
+// withImages returns set plus the non-empty extra keys.
+func withImages(set map[string]bool, extra ...string) map[string]bool {
+	out := map[string]bool{}
+	for k, v := range set {
+		out[k] = v
+	}
+	for _, k := range extra {
+		if k != "" {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// TestRenderedObjectsAreValid runs the invariants over the security matrix on both platforms;
+// FuzzRender runs them over random specs.
+func TestRenderedObjectsAreValid(t *testing.T) {
+	for name, kvr := range securityMatrix() {
+		for _, opts := range []render.Options{{}, {PlatformAssignsUID: true}} {
+			objs := mustObjects(t, kvr, opts)
+			for _, v := range objectViolations(t, kvr, opts, objs) {
+				t.Errorf("%s (openshift=%v): %s", name, opts.PlatformAssignsUID, v)
+			}
+		}
+	}
+}

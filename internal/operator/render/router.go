@@ -1,0 +1,168 @@
+package render
+
+import (
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+)
+
+// RouterContainerName is the name of the router container.
+const RouterContainerName = "router"
+
+// routerImage is spec.router.image, else the operator's router image.
+func routerImage(kvr *v1alpha1.KVRouter, opts Options) string {
+	if kvr.Spec.Router.Image != "" {
+		return kvr.Spec.Router.Image
+	}
+	return opts.routerImage()
+}
+
+// routerArgs is the router's command line as the contract fixes it.
+func routerArgs(kvr *v1alpha1.KVRouter) []string {
+	args := []string{
+		"--port", strconv.Itoa(RouterPort),
+		"--discovery", "kubernetes",
+		"--namespace", kvr.Namespace,
+		"--selector", EngineSelector(kvr),
+		"--engine-port", strconv.Itoa(EnginePort),
+		"--kv-events-port", strconv.Itoa(KVEventsPort),
+		"--kv-replay-port", strconv.Itoa(KVReplayPort),
+		"--block-size", strconv.Itoa(int(kvr.Spec.Engine.BlockSize)),
+		"--policy", string(kvr.Spec.Router.Policy),
+		"--model", ServedName(kvr),
+	}
+	if h := kvr.Spec.Router.SessionHeader; h != "" {
+		args = append(args, "--session-header", h)
+	}
+	return append(args, routerKeyArgs(kvr)...)
+}
+
+func routerServiceAccount(kvr *v1alpha1.KVRouter, opts Options) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+	}
+}
+
+// routerRole lets the router discover engine pods in its own namespace, and nothing else: its
+// pod informer lists and watches (internal/router/discovery's envtest runs it with exactly this Role
+// and checks both verbs are used).
+func routerRole(kvr *v1alpha1.KVRouter, opts Options) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		},
+	}
+}
+
+func routerRoleBinding(kvr *v1alpha1.KVRouter, opts Options) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: RouterName(kvr)},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.ServiceAccountKind, Name: RouterName(kvr), Namespace: kvr.Namespace},
+		},
+	}
+}
+
+// routerResources is spec.router.resources, or a small request when it sets none.
+func routerResources(kvr *v1alpha1.KVRouter) corev1.ResourceRequirements {
+	r := kvr.Spec.Router.Resources
+	if len(r.Requests) == 0 && len(r.Limits) == 0 {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("250m"),
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		}}
+	}
+	return *r.DeepCopy()
+}
+
+func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
+	sel := selectorLabels(kvr, NameRouter, ComponentRouter)
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(PortNameHTTP)}},
+			PeriodSeconds:    period,
+			FailureThreshold: failures,
+			TimeoutSeconds:   2,
+		}
+	}
+	c := corev1.Container{
+		Name:            RouterContainerName,
+		Image:           routerImage(kvr, opts),
+		Command:         []string{"/router"},
+		Args:            routerArgs(kvr),
+		Ports:           []corev1.ContainerPort{{Name: PortNameHTTP, ContainerPort: RouterPort, Protocol: corev1.ProtocolTCP}},
+		Resources:       routerResources(kvr),
+		ReadinessProbe:  probe("/ready", 5, 3),
+		LivenessProbe:   probe("/health", 10, 3),
+		SecurityContext: containerSecurityContext(true),
+	}
+	keyVolumes, keyMounts := routerKeyVolumes(kvr)
+	c.VolumeMounts = append(c.VolumeMounts, keyMounts...)
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(ptr.Deref(kvr.Spec.Router.Replicas, 2)),
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels(kvr, NameRouter, ComponentRouter)},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           RouterName(kvr),
+					AutomountServiceAccountToken: ptr.To(true), // it watches pods
+					EnableServiceLinks:           ptr.To(false),
+					Containers:                   []corev1.Container{c},
+					Volumes:                      keyVolumes,
+					// The router image's USER is numeric and non-root: no UID needed anywhere.
+					SecurityContext: podSecurityContext(nil, false),
+					// Spread replicas over nodes so that losing one node keeps a router up.
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew:           1,
+						TopologyKey:       corev1.LabelHostname,
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
+						LabelSelector:     &metav1.LabelSelector{MatchLabels: sel},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func routerService(kvr *v1alpha1.KVRouter, opts Options) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: selectorLabels(kvr, NameRouter, ComponentRouter),
+			Ports: []corev1.ServicePort{{
+				Name: PortNameHTTP, Port: RouterPort, TargetPort: intstr.FromString(PortNameHTTP), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// routerPDB keeps voluntary evictions (node drains) from taking every router down at once.
+func routerPDB(kvr *v1alpha1.KVRouter, opts Options) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(kvr, NameRouter, ComponentRouter)},
+		},
+	}
+}

@@ -1,0 +1,97 @@
+package render_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/kvrouter/kvrouter/api/v1alpha1"
+	"github.com/kvrouter/kvrouter/internal/operator/render"
+	"github.com/kvrouter/kvrouter/test/wrappers"
+)
+
+// TestCRDRulesAgreeWithValidate runs the CRD's CEL rules (with the API server's own evaluator) and
+// Validate on the same specs. The rules on metadata.name, spec.engine.extraArgs and
+// spec.engine.env are hand-written copies of Validate's checks; a flag added to
+// ManagedEngineFlags without the marker in api/v1alpha1 fails here.
+func TestCRDRulesAgreeWithValidate(t *testing.T) {
+	validator := cel.NewValidator(loadStructuralSchema(t), true, celconfig.PerCallLimit)
+	if validator == nil {
+		t.Fatal("the CRD has no CEL rules")
+	}
+	celErrors := func(kvr *v1alpha1.KVRouter) string {
+		t.Helper()
+		errs, _ := validator.Validate(context.Background(), nil, nil, requestBody(t, kvr), nil, celconfig.RuntimeCELCostBudget)
+		if len(errs) == 0 {
+			return ""
+		}
+		return errs.ToAggregate().Error()
+	}
+
+	var args [][]string
+	for _, f := range render.ManagedEngineFlags {
+		under := "--" + strings.ReplaceAll(strings.TrimPrefix(f, "--"), "-", "_")
+		args = append(args, []string{f, "x"}, []string{f + "=x"}, []string{under, "x"}, []string{"--ok", under + "=1"})
+	}
+	args = append(args, []string{"-tp", "2"}, []string{"-pp=2"}, []string{"--model-impl", "vllm"},
+		[]string{"--port-range", "1"}, []string{"-tpx"}, []string{"--enable-chunked-prefill"}, []string{"--tokenizer-mode", "model"})
+	for _, a := range args {
+		kvr := wrappers.MakeKVRouter("m", "ns").ExtraArgs(a...).Obj()
+		render.Default(kvr)
+		goRefuses := render.Validate(kvr) != nil
+		celRefuses := strings.Contains(celErrors(kvr), "spec.engine.extraArgs must not set")
+		if goRefuses != celRefuses {
+			t.Errorf("extraArgs %q: Validate refuses=%v, CRD rule refuses=%v", a, goRefuses, celRefuses)
+		}
+	}
+
+	for _, name := range append(render.ReservedEngineEnv, "POD_NAMESPACE", "PYTHONPATH") {
+		kvr := wrappers.MakeKVRouter("m", "ns").Env(name, "1").Obj()
+		render.Default(kvr)
+		goRefuses := render.Validate(kvr) != nil
+		celRefuses := strings.Contains(celErrors(kvr), "spec.engine.env must not set")
+		if goRefuses != celRefuses {
+			t.Errorf("env %s: Validate refuses=%v, CRD rule refuses=%v", name, goRefuses, celRefuses)
+		}
+	}
+
+	for _, name := range []string{"m", "a-b-1", strings.Repeat("a", render.MaxNameLength), strings.Repeat("a", render.MaxNameLength+1),
+		"llama-3.1", "1abc", "abc-", "Upper", "a_b"} {
+		kvr := wrappers.MakeKVRouter(name, "ns").Obj()
+		render.Default(kvr)
+		goRefuses := render.Validate(kvr) != nil
+		celRefuses := strings.Contains(celErrors(kvr), "metadata.name must be a DNS-1035 label")
+		if goRefuses != celRefuses {
+			t.Errorf("name %q: Validate refuses=%v, CRD rule refuses=%v", name, goRefuses, celRefuses)
+		}
+	}
+}
+
+// TestSchemaAgreesWithValidate: for the fields whose schema Validate copies (the scrape interval's
+// pattern, the engine UID's range), the CRD admits exactly what Validate accepts.
+func TestSchemaAgreesWithValidate(t *testing.T) {
+	crd := newCRDAdmission(t)
+	agree := func(what string, kvr *v1alpha1.KVRouter) {
+		t.Helper()
+		_, admitted := crd.admit(t, kvr)
+		defaulted := kvr.DeepCopy()
+		render.Default(defaulted)
+		if accepted := render.Validate(defaulted) == nil; accepted != admitted {
+			t.Errorf("%s: CRD admits=%v, Validate accepts=%v", what, admitted, accepted)
+		}
+	}
+	for _, interval := range []string{"15s", "1m30s", "2h", "500ms", "1h2m3s4ms", "30s1m", "1d", "5", "1.5s", "15 s", strings.Repeat("1", 31) + "s", strings.Repeat("1", 32) + "s"} {
+		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+		kvr.Spec.Monitoring = &v1alpha1.MonitoringSpec{Interval: interval}
+		agree("interval "+interval, kvr)
+	}
+	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
+		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+		kvr.Spec.Engine.RunAsUser = &uid
+		agree(fmt.Sprintf("runAsUser %d", uid), kvr)
+	}
+}

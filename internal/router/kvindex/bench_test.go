@@ -1,0 +1,269 @@
+package kvindex_test
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvevents/kveventstest"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+)
+
+// BenchmarkDecodeApply measures the ingestion hot path, msgpack decode + index apply, in an
+// engine's steady state: each batch (map encoding, vLLM >= 0.24) stores 16 new 16-token blocks
+// chained to the previous batch's and removes the 16 blocks stored 64 batches earlier.
+// blocks/s counts stored + removed blocks. Run on one core: -cpu 1.
+func BenchmarkDecodeApply(b *testing.B) {
+	const (
+		blockSize = 16
+		perBatch  = 16
+		nBatches  = 1024
+		lag       = 64
+	)
+	payloads := make([][]byte, nBatches)
+	hash := func(batch, i int) uint64 { return uint64(batch*perBatch+i)*0x9e3779b97f4a7c15 | 1 }
+	for i := range payloads {
+		st := kveventstest.Stored{BlockSize: blockSize, Medium: "GPU", ExtraKeys: make([][]string, perBatch)}
+		if i > 0 {
+			p := hash(i-1, perBatch-1)
+			st.Parent = &p
+		}
+		for j := 0; j < perBatch; j++ {
+			st.Hashes = append(st.Hashes, hash(i, j))
+			for t := 0; t < blockSize; t++ {
+				st.Tokens = append(st.Tokens, uint32(100000+i*977+j*31+t))
+			}
+		}
+		old := (i - lag + nBatches) % nBatches
+		rm := kveventstest.Removed{Medium: "GPU"}
+		for j := 0; j < perBatch; j++ {
+			rm.Hashes = append(rm.Hashes, hash(old, j))
+		}
+		payloads[i] = kveventstest.Batch(float64(i), 0, true, st, rm)
+	}
+	ix := kvindex.New(kvindex.Config{BlockSize: blockSize})
+	src := kvindex.SourceID{Endpoint: "e"}
+	var d kvevents.Decoder
+	var batch kvevents.Batch
+	run := func(p []byte) kvindex.ApplyStats {
+		if err := d.Decode(p, &batch); err != nil {
+			b.Fatal(err)
+		}
+		return ix.Apply(src, &batch)
+	}
+	for _, p := range payloads { // warm up: the first pass removes blocks not stored yet
+		run(p)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	blocks := 0
+	for i := 0; i < b.N; i++ {
+		st := run(payloads[i%nBatches])
+		blocks += st.BlocksStored + st.BlocksRemoved
+	}
+	b.StopTimer()
+	if want := b.N * 2 * perBatch; blocks != want {
+		b.Fatalf("applied %d blocks, want %d", blocks, want)
+	}
+	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// populate makes each of nEnd endpoints hold blocks of the prompt: holds(e) leading blocks.
+func populate(b *testing.B, ix *kvindex.Index, prompt []uint32, blockSize, nEnd int, holds func(e int) int) {
+	for e := 0; e < nEnd; e++ {
+		n := holds(e)
+		ev := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize, TokenIDs: prompt[:n*blockSize]}
+		for j := 0; j < n; j++ {
+			ev.BlockHashes = append(ev.BlockHashes, uint64(e)<<32|uint64(j)+1)
+		}
+		ix.Apply(kvindex.SourceID{Endpoint: fmt.Sprint("endpoint-", e)}, &kvevents.Batch{Events: []kvevents.Event{ev}})
+	}
+}
+
+// BenchmarkLookup100K looks up a 100K-token prompt (6,250 blocks of 16) against 100 endpoints,
+// keys computed from the tokens inside the lookup. "all-hold-all" is the worst case (every
+// endpoint holds the whole prompt, so no endpoint drops out early); "staggered" has endpoint i
+// hold the first 62*(i+1) blocks. Reports p50 and p99 of per-call latency.
+func BenchmarkLookup100K(b *testing.B) {
+	const blockSize, nEnd, nBlocks = 16, 100, 6250
+	prompt := make([]uint32, nBlocks*blockSize)
+	for i := range prompt {
+		prompt[i] = uint32(i*7919) % 151000
+	}
+	for _, sc := range []struct {
+		name  string
+		holds func(int) int
+	}{
+		{"all-hold-all", func(int) int { return nBlocks }},
+		{"staggered", func(e int) int { return 62 * (e + 1) }},
+	} {
+		ix := kvindex.New(kvindex.Config{BlockSize: blockSize})
+		populate(b, ix, prompt, blockSize, nEnd, sc.holds)
+		if ms := ix.Lookup(prompt, kvindex.LookupOptions{}); len(ms) != nEnd || ms[nEnd-1].AnyBlocks != sc.holds(nEnd-1) {
+			b.Fatalf("lookup wrong: %d matches", len(ms))
+		}
+		// "Lookup" allocates its result; "AppendLookup" reuses the caller's slice.
+		for _, reuse := range []bool{false, true} {
+			name := sc.name + "/Lookup"
+			if reuse {
+				name = sc.name + "/AppendLookup"
+			}
+			b.Run(name, func(b *testing.B) {
+				durs := make([]time.Duration, 0, b.N)
+				var dst []kvindex.EndpointMatch
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					if reuse {
+						dst = ix.AppendLookup(dst[:0], prompt, kvindex.LookupOptions{})
+					} else {
+						ix.Lookup(prompt, kvindex.LookupOptions{})
+					}
+					durs = append(durs, time.Since(t0))
+				}
+				b.StopTimer()
+				slices.Sort(durs)
+				b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(durs[len(durs)*99/100].Microseconds())/1000, "p99-ms")
+			})
+		}
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkMemoryPerEntry measures heap bytes per (block, endpoint) entry at 2.5M entries:
+// 100 endpoints × 25,000 blocks of 16 tokens, fed as events. "disjoint": every endpoint holds
+// different content (worst case, one key per entry); "shared": all hold the same 25,000 blocks;
+// "half-shared": a common 12,500-block prefix plus 12,500 blocks of their own.
+// Run with -benchtime=1x.
+func BenchmarkMemoryPerEntry(b *testing.B) {
+	const blockSize, nEnd, nBlocks = 16, 100, 25000
+	for _, sc := range []struct {
+		name   string
+		shared int // leading blocks common to all endpoints
+	}{{"disjoint", 0}, {"half-shared", nBlocks / 2}, {"shared", nBlocks}} {
+		b.Run(sc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				before := heapInUse()
+				ix := kvindex.New(kvindex.Config{BlockSize: blockSize})
+				tokens := make([]uint32, nBlocks*blockSize)
+				for e := 0; e < nEnd; e++ {
+					for t := range tokens {
+						if t < sc.shared*blockSize {
+							tokens[t] = uint32(t)
+						} else {
+							tokens[t] = uint32(e*1000003 + t)
+						}
+					}
+					// Engines send a request's blocks in events of a few dozen blocks.
+					src := kvindex.SourceID{Endpoint: fmt.Sprint("endpoint-", e)}
+					for j := 0; j < nBlocks; j += 64 {
+						n := min(64, nBlocks-j)
+						ev := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize,
+							TokenIDs: tokens[j*blockSize : (j+n)*blockSize]}
+						if j > 0 {
+							ev.HasParent, ev.ParentHash = true, uint64(e)<<32|uint64(j)
+						}
+						for k := 0; k < n; k++ {
+							ev.BlockHashes = append(ev.BlockHashes, uint64(e)<<32|uint64(j+k+1))
+						}
+						ix.Apply(src, &kvevents.Batch{Events: []kvevents.Event{ev}})
+					}
+				}
+				st := ix.Stats()
+				if st.Entries != nEnd*nBlocks {
+					b.Fatalf("%d entries", st.Entries)
+				}
+				after := heapInUse()
+				runtime.KeepAlive(ix)
+				b.ReportMetric(float64(after-before)/float64(st.Entries), "B/entry")
+				b.ReportMetric(float64(st.Keys), "keys")
+				b.ReportMetric(float64(after-before)/(1<<20), "heap-MiB")
+			}
+		})
+	}
+}
+
+// BenchmarkRequestKeys100K is the router's cost of keying a 100K-token prompt (6,250 blocks).
+func BenchmarkRequestKeys100K(b *testing.B) {
+	prompt := make([]uint32, 100000)
+	for i := range prompt {
+		prompt[i] = uint32(i * 7919 % 151000)
+	}
+	dst := make([]kvindex.Key, 0, 6250)
+	for i := 0; i < b.N; i++ {
+		dst = kvindex.RequestKeys(dst[:0], prompt, 16, kvindex.KeyParams{})
+	}
+}
+
+// BenchmarkPredict100K is the router's Predict after routing a 100K-token prompt (6,250 blocks)
+// at the sizing point: 100 endpoints, a new request every 10 ms of the index's clock (100
+// requests/s) with the default 2 s TTL, keys precomputed (PredictKeys; the router computes them
+// once for the lookup). "warm": the prompts are 20 shared 5,625-block prefixes plus a distinct
+// 625-block suffix, and each request goes to an endpoint that holds its prefix, so only the
+// suffix is new; "cold": nobody holds anything, every block is predicted. No events confirm the
+// predictions, so they accumulate for the whole TTL (the worst case for the table's size).
+func BenchmarkPredict100K(b *testing.B) {
+	const blockSize, nEnd, nBlocks, shared, nPrefixes, nPrompts = 16, 100, 6250, 5625, 20, 256
+	prefixes := make([][]uint32, nPrefixes)
+	for p := range prefixes {
+		prefixes[p] = make([]uint32, shared*blockSize)
+		for i := range prefixes[p] {
+			prefixes[p][i] = uint32(p*1_000_003+i*7919) % 151000
+		}
+	}
+	keys := make([][]kvindex.Key, nPrompts)
+	for r := range keys {
+		prompt := append([]uint32(nil), prefixes[r%nPrefixes]...)
+		for i := shared * blockSize; i < nBlocks*blockSize; i++ {
+			prompt = append(prompt, uint32(r*7_000_003+i*104729)%151000)
+		}
+		keys[r] = kvindex.RequestKeys(nil, prompt, blockSize, kvindex.KeyParams{})
+	}
+	src := func(e int) kvindex.SourceID { return kvindex.SourceID{Endpoint: fmt.Sprintf("e%03d", e)} }
+	for _, warm := range []bool{true, false} {
+		name := "cold"
+		if warm {
+			name = "warm"
+		}
+		b.Run(name, func(b *testing.B) {
+			now := time.Unix(1_000_000, 0)
+			ix := kvindex.New(kvindex.Config{BlockSize: blockSize, Now: func() time.Time { return now }})
+			if warm {
+				for e := 0; e < nEnd; e++ {
+					ev := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize, TokenIDs: prefixes[e%nPrefixes]}
+					for j := 0; j < shared; j++ {
+						ev.BlockHashes = append(ev.BlockHashes, uint64(e)<<32|uint64(j)+1)
+					}
+					ix.Apply(src(e), &kvevents.Batch{Events: []kvevents.Event{ev}})
+				}
+			}
+			srcs := make([]kvindex.SourceID, nEnd)
+			for e := range srcs {
+				srcs[e] = src(e)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := i % nPrompts
+				// An endpoint holding the request's prefix: e ≡ r (mod 20).
+				e := r%nPrefixes + nPrefixes*((i/nPrompts)%(nEnd/nPrefixes))
+				ix.PredictKeys(srcs[e], keys[r])
+				now = now.Add(10 * time.Millisecond)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(ix.Stats().Predicted), "predicted-entries")
+		})
+	}
+}

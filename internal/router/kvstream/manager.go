@@ -1,0 +1,234 @@
+package kvstream
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvrouter/kvrouter/internal/router/kvevents"
+	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+)
+
+// Manager runs one subscriber per (endpoint, rank) and feeds a Sink. Give it endpoints with
+// SetEndpoints (from discovery) at any time, before or after Start. It implements
+// prometheus.Collector for the per-source metrics and the decoders' malformed-payload counters.
+type Manager struct {
+	sink    Sink
+	cfg     Config
+	tr      Transport
+	decodeM *kvevents.Metrics
+
+	mu      sync.Mutex
+	ctx     context.Context // nil until Start
+	eps     map[string]Endpoint
+	running map[string]*endpointRun
+}
+
+type endpointRun struct {
+	subs   []*subscriber
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewManager returns a Manager feeding sink over the pure-Go ZMQ transport.
+func NewManager(sink Sink, cfg Config) *Manager {
+	return NewManagerWithTransport(sink, cfg, GoZMQ{})
+}
+
+// NewManagerWithTransport is NewManager with another transport (tests, libzmq).
+func NewManagerWithTransport(sink Sink, cfg Config, tr Transport) *Manager {
+	if cfg.HWM <= 0 {
+		cfg.HWM = 10000
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = 100 * time.Millisecond
+	}
+	if cfg.ReconnectMax <= 0 {
+		cfg.ReconnectMax = 5 * time.Second
+	}
+	if cfg.ReplayTimeout <= 0 {
+		cfg.ReplayTimeout = 2 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = logr.Discard()
+	}
+	return &Manager{sink: sink, cfg: cfg, tr: tr, decodeM: kvevents.NewMetrics(),
+		eps: map[string]Endpoint{}, running: map[string]*endpointRun{}}
+}
+
+// Start runs the subscribers until ctx is done, then stops them and returns. Call it once.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.ctx != nil {
+		m.mu.Unlock()
+		return fmt.Errorf("kvstream: Manager already started")
+	}
+	m.ctx = ctx
+	for _, ep := range m.eps {
+		m.startLocked(ep)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.mu.Lock()
+	runs := m.running
+	m.running = map[string]*endpointRun{}
+	m.mu.Unlock()
+	for _, r := range runs {
+		r.cancel()
+		<-r.done
+	}
+	return nil
+}
+
+// SetEndpoints reconciles the subscribed set: new endpoints get subscribers, changed ones
+// (URLs, ranks or topic) are restarted, vanished ones are stopped and their entries removed from
+// the sink (ClearSource for each rank). Endpoints with an empty Name or EventsURL are ignored.
+func (m *Manager) SetEndpoints(eps []Endpoint) {
+	want := make(map[string]Endpoint, len(eps))
+	for _, ep := range eps {
+		if ep.Name == "" || ep.EventsURL == "" {
+			continue
+		}
+		if ep.DPRanks <= 0 {
+			ep.DPRanks = 1
+		}
+		want[ep.Name] = ep
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, old := range m.eps {
+		if ep, ok := want[name]; !ok || ep != old {
+			m.stopLocked(name, old)
+		}
+	}
+	for name, ep := range want {
+		if old, ok := m.eps[name]; ok && old == ep {
+			continue
+		}
+		m.eps[name] = ep
+		if m.ctx != nil {
+			m.startLocked(ep)
+		}
+	}
+}
+
+func (m *Manager) stopLocked(name string, old Endpoint) {
+	delete(m.eps, name)
+	if r, ok := m.running[name]; ok {
+		delete(m.running, name)
+		r.cancel()
+		<-r.done
+	}
+	for rank := 0; rank < old.DPRanks; rank++ {
+		m.sink.ClearSource(kvindex.SourceID{Endpoint: name, Rank: rank})
+	}
+}
+
+func (m *Manager) startLocked(ep Endpoint) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	r := &endpointRun{cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for rank := 0; rank < ep.DPRanks; rank++ {
+		ev, err1 := RankURL(ep.EventsURL, rank)
+		rp, err2 := RankURL(ep.ReplayURL, rank)
+		if err1 != nil || err2 != nil {
+			m.cfg.Logger.Error(fmt.Errorf("%v %v", err1, err2), "kv events endpoint unusable", "endpoint", ep.Name)
+			continue
+		}
+		s := newSubscriber(kvindex.SourceID{Endpoint: ep.Name, Rank: rank}, ev, rp, ep.Topic, m.sink, m.tr, &m.cfg, m.decodeM)
+		r.subs = append(r.subs, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(r.done)
+	}()
+	m.running[ep.Name] = r
+}
+
+// Status returns every subscriber's health, sorted by endpoint then rank.
+func (m *Manager) Status() []SourceStatus {
+	now := m.cfg.Now()
+	m.mu.Lock()
+	var out []SourceStatus
+	for _, r := range m.running {
+		for _, s := range r.subs {
+			out = append(out, s.status(now))
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Source, out[j].Source
+		return a.Endpoint < b.Endpoint || (a.Endpoint == b.Endpoint && a.Rank < b.Rank)
+	})
+	return out
+}
+
+var (
+	labels      = []string{"endpoint", "rank"}
+	descBatches = prometheus.NewDesc("kvrouter_kvstream_batches_total", "KV event batches applied.", labels, nil)
+	descBlocks  = prometheus.NewDesc("kvrouter_kvstream_blocks_total", "Blocks applied (stored + removed).", labels, nil)
+	descGaps    = prometheus.NewDesc("kvrouter_kvstream_gaps_total", "Sequence gaps detected.", labels, nil)
+	descReplays = prometheus.NewDesc("kvrouter_kvstream_replays_total", "Gaps (and catch-ups) repaired by replay.", labels, nil)
+	descReplayF = prometheus.NewDesc("kvrouter_kvstream_replay_failures_total",
+		"Gaps replay could not cover; each dropped the source's entries.", labels, nil)
+	descRestarts = prometheus.NewDesc("kvrouter_kvstream_restarts_total",
+		"Engine restarts detected (sequence went back); each dropped the source's entries.", labels, nil)
+	descDecodeErr = prometheus.NewDesc("kvrouter_kvstream_decode_errors_total",
+		"Messages that could not be parsed or decoded.", labels, nil)
+	descLag = prometheus.NewDesc("kvrouter_kvstream_event_lag_seconds",
+		"Now minus the engine timestamp of the last applied batch.", labels, nil)
+	descConnected = prometheus.NewDesc("kvrouter_kvstream_connected", "1 if the SUB socket is connected.", labels, nil)
+	descPartial   = prometheus.NewDesc("kvrouter_kvstream_partial",
+		"1 if the source's entries were dropped after an unrepaired gap and are being rebuilt.", labels, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBatches, descBlocks, descGaps, descReplays, descReplayF,
+		descRestarts, descDecodeErr, descLag, descConnected, descPartial} {
+		ch <- d
+	}
+	m.decodeM.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Manager) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range m.Status() {
+		lv := []string{st.Source.Endpoint, strconv.Itoa(st.Source.Rank)}
+		c := func(d *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lv...)
+		}
+		c(descBatches, st.Batches)
+		c(descBlocks, st.Blocks)
+		c(descGaps, st.Gaps)
+		c(descReplays, st.Replays)
+		c(descReplayF, st.ReplayFailures)
+		c(descRestarts, st.Restarts)
+		c(descDecodeErr, st.DecodeErrors)
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, st.Lag.Seconds(), lv...)
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, b2f(st.Connected), lv...)
+		ch <- prometheus.MustNewConstMetric(descPartial, prometheus.GaugeValue, b2f(st.Partial), lv...)
+	}
+	m.decodeM.Collect(ch)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

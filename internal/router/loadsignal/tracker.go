@@ -1,0 +1,250 @@
+// Package loadsignal keeps the router's view of each engine's load: its own accounting of the
+// requests it has in flight (exact and instant) and a periodic scrape of each engine's /metrics
+// (global but about a second old). Combining the two is what keeps several router replicas
+// coherent: each replica sees its own dispatches at once and the others' through the scrape.
+package loadsignal
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/router/policy"
+)
+
+// rateWindow is how far back the engine hit rate and preemption rate look.
+const rateWindow = 60 * time.Second
+
+// Tracker holds the load of every endpoint. It is safe for concurrent use.
+type Tracker struct {
+	mu  sync.Mutex
+	eps map[string]*endpointState
+}
+
+type endpointState struct {
+	// Local accounting.
+	inFlight      int
+	prefilling    int // requests without a first token yet
+	queuedPrefill int // their uncached prompt tokens
+	tokens        int // prompt + expected output of every request in flight
+	avgUncached   float64
+
+	// Scrape.
+	metrics       EngineMetrics
+	scraped       bool
+	scrapedAt     time.Time
+	scrapeErr     string
+	scrapeErrors  uint64
+	failStreak    int // consecutive failed scrapes
+	remote        int // other clients' requests in the engine at the last scrape
+	remotePrefill int // estimated prefill tokens of the remote waiting requests
+	samples       []sample
+}
+
+type sample struct {
+	at                         time.Time
+	hits, queries, preemptions float64
+}
+
+// NewTracker returns an empty Tracker.
+func NewTracker() *Tracker { return &Tracker{eps: make(map[string]*endpointState)} }
+
+func (t *Tracker) state(ep string) *endpointState {
+	s := t.eps[ep]
+	if s == nil {
+		s = &endpointState{}
+		t.eps[ep] = s
+	}
+	return s
+}
+
+// Ticket is one dispatched request's share of an endpoint's load. FirstToken and Done are
+// idempotent and safe to call from different goroutines.
+type Ticket struct {
+	t        *Tracker
+	ep       string
+	uncached int
+	tokens   int
+	once     sync.Once
+	first    sync.Once
+}
+
+// Dispatch records a request sent to ep with uncached prompt tokens to compute and tokens of
+// total work (prompt plus expected output), and returns its ticket.
+func (t *Tracker) Dispatch(ep string, uncached, tokens int) *Ticket {
+	t.mu.Lock()
+	s := t.state(ep)
+	s.inFlight++
+	s.prefilling++
+	s.queuedPrefill += uncached
+	s.tokens += tokens
+	// EWMA of request size, used to price the other clients' waiting requests.
+	if s.avgUncached == 0 {
+		s.avgUncached = float64(uncached)
+	} else {
+		s.avgUncached += 0.1 * (float64(uncached) - s.avgUncached)
+	}
+	t.mu.Unlock()
+	return &Ticket{t: t, ep: ep, uncached: uncached, tokens: tokens}
+}
+
+// FirstToken records that the request's prefill is done: its uncached tokens leave the queue.
+func (k *Ticket) FirstToken() {
+	k.first.Do(func() {
+		k.t.mu.Lock()
+		if s := k.t.eps[k.ep]; s != nil {
+			s.prefilling--
+			s.queuedPrefill -= k.uncached
+		}
+		k.t.mu.Unlock()
+	})
+}
+
+// Done records that the request finished (or failed, or was cancelled).
+func (k *Ticket) Done() {
+	k.FirstToken()
+	k.once.Do(func() {
+		k.t.mu.Lock()
+		if s := k.t.eps[k.ep]; s != nil {
+			s.inFlight--
+			s.tokens -= k.tokens
+		}
+		k.t.mu.Unlock()
+	})
+}
+
+// Loads fills out[i] with the policy's view of names[i]'s load, and failStreaks[i] (when not
+// nil) with its consecutive failed scrapes, under one lock.
+func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, n := range names {
+		s := t.eps[n]
+		if s == nil {
+			out[i] = policy.Load{}
+			if failStreaks != nil {
+				failStreaks[i] = 0
+			}
+			continue
+		}
+		if failStreaks != nil {
+			failStreaks[i] = s.failStreak
+		}
+		out[i] = policy.Load{
+			InFlight:            s.inFlight,
+			QueuedPrefillTokens: s.queuedPrefill,
+			RemoteInFlight:      s.remote,
+			RemotePrefillTokens: s.remotePrefill,
+			KVUsage:             s.metrics.KVUsage,
+		}
+	}
+}
+
+// RecordScrape stores a successful scrape of ep taken at at.
+func (t *Tracker) RecordScrape(ep string, m EngineMetrics, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.state(ep)
+	s.metrics = m
+	s.scraped = true
+	s.scrapedAt = at
+	s.scrapeErr = ""
+	s.failStreak = 0
+	// Whatever the engine holds beyond this router's own requests was put there by someone
+	// else. Requests this router has not yet seen finish can make the difference negative for
+	// a moment; clamp.
+	s.remote = max(0, int(m.Running+m.Waiting)-s.inFlight)
+	remoteWaiting := max(0, int(m.Waiting)-s.prefilling)
+	s.remotePrefill = int(float64(remoteWaiting) * s.avgUncached)
+
+	smp := sample{at: at, hits: m.PrefixHits, queries: m.PrefixQueries, preemptions: m.Preemptions}
+	if n := len(s.samples); n > 0 {
+		last := s.samples[n-1]
+		if smp.hits < last.hits || smp.queries < last.queries || smp.preemptions < last.preemptions {
+			s.samples = s.samples[:0] // the engine restarted: its counters began again
+		}
+	}
+	s.samples = append(s.samples, smp)
+	// Keep one sample at or beyond the window's edge as the baseline, so the rates cover a
+	// full window even when scrapes are sparse.
+	cut := 0
+	for cut < len(s.samples)-2 && at.Sub(s.samples[cut+1].at) >= rateWindow {
+		cut++
+	}
+	s.samples = s.samples[cut:]
+}
+
+// RecordScrapeError notes a failed scrape. The last good metrics stay (stale), the remote
+// estimate is dropped so a dead engine's old queue does not steer traffic.
+func (t *Tracker) RecordScrapeError(ep string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.state(ep)
+	s.scrapeErr = err.Error()
+	s.scrapeErrors++
+	s.failStreak++
+	s.remote, s.remotePrefill = 0, 0
+}
+
+// Remove forgets ep (it left the fleet). Tickets still open for it become no-ops.
+func (t *Tracker) Remove(ep string) {
+	t.mu.Lock()
+	delete(t.eps, ep)
+	t.mu.Unlock()
+}
+
+// EndpointStats is one endpoint's load as /v1/status shows it.
+type EndpointStats struct {
+	InFlight            int
+	QueuedPrefillTokens int
+	TokensInFlight      int
+	RemoteInFlight      int
+	Metrics             EngineMetrics
+	Scraped             bool
+	ScrapedAt           time.Time
+	ScrapeError         string
+	ScrapeErrors        uint64
+	// FailStreak counts consecutive failed scrapes (0 after a success).
+	FailStreak int
+	// WindowHits and WindowQueries are the prefix-cache counters' increase over the window
+	// (token-weighted, for fleet-wide hit rates).
+	WindowHits, WindowQueries float64
+	// HitRate is the engine's prefix-cache hit rate (token-weighted) over the last minute; ok is
+	// false when there is no traffic in the window to compute it from.
+	HitRate              float64
+	HitRateOK            bool
+	PreemptionsPerMinute float64
+}
+
+// Stats returns ep's stats.
+func (t *Tracker) Stats(ep string) EndpointStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.eps[ep]
+	if s == nil {
+		return EndpointStats{}
+	}
+	st := EndpointStats{
+		InFlight:            s.inFlight,
+		QueuedPrefillTokens: s.queuedPrefill,
+		TokensInFlight:      s.tokens,
+		RemoteInFlight:      s.remote,
+		Metrics:             s.metrics,
+		Scraped:             s.scraped,
+		ScrapedAt:           s.scrapedAt,
+		ScrapeError:         s.scrapeErr,
+		ScrapeErrors:        s.scrapeErrors,
+		FailStreak:          s.failStreak,
+	}
+	if n := len(s.samples); n >= 2 {
+		first, last := s.samples[0], s.samples[n-1]
+		st.WindowHits, st.WindowQueries = last.hits-first.hits, last.queries-first.queries
+		if dq := last.queries - first.queries; dq > 0 {
+			st.HitRate = (last.hits - first.hits) / dq
+			st.HitRateOK = true
+		}
+		if dt := last.at.Sub(first.at).Minutes(); dt > 0 {
+			st.PreemptionsPerMinute = (last.preemptions - first.preemptions) / dt
+		}
+	}
+	return st
+}

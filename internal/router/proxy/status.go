@@ -1,0 +1,255 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/router/kvstream"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
+	"github.com/kvrouter/kvrouter/internal/routerapi"
+)
+
+// Handler returns the router's HTTP handler. metricsHandler serves /metrics.
+func (s *Server) Handler(metricsHandler http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", s.handleInference(kindCompletion))
+	mux.HandleFunc("POST /v1/chat/completions", s.handleInference(kindChat))
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /ready", s.handleReady)
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/autoscale", s.handleAutoscale)
+	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", r.Method+" is not allowed; use POST", "")
+		})
+	}
+	if metricsHandler != nil {
+		mux.Handle("GET /metrics", metricsHandler)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), "")
+	})
+	return s.requireKey(mux)
+}
+
+func (s *Server) readyCount() int {
+	t := s.tbl.Load()
+	streaks := make([]int, len(t.names))
+	s.tracker.Loads(t.names, make([]policy.Load, len(t.names)), streaks)
+	now := s.now()
+	n := 0
+	for i := range t.routes {
+		if ok, _ := s.readiness(&t.routes[i], streaks[i], now); ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.readyCount() == 0 {
+		http.Error(w, "no engine is ready", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// handleModels passes the listing through from a ready engine (with the Authorization proxied
+// requests carry, see auth.go), so clients see exactly what the engines serve.
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	t := s.tbl.Load()
+	now := s.now()
+	for i := range t.routes {
+		rt := &t.routes[i]
+		if ok, _ := s.readiness(rt, 0, now); !ok {
+			continue
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, rt.ep.URL+"/v1/models", nil)
+		if err != nil {
+			continue
+		}
+		copyHeaders(req.Header, r.Header)
+		s.cfg.Auth.setUpstream(req.Header, r.Header.Get("Authorization"))
+		resp, err := s.client.Do(req)
+		if err != nil {
+			s.markDown(rt.ep.Name)
+			continue
+		}
+		copyHeaders(w.Header(), resp.Header)
+		w.Header().Set(EndpointHeader, rt.name)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		resp.Body.Close()
+		return
+	}
+	if s.cfg.Model != "" {
+		// No engine to ask: at least say what this router serves.
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{
+			{"id": s.cfg.Model, "object": "model", "owned_by": "kvrouter"}}})
+		return
+	}
+	w.Header().Set("Retry-After", fmt.Sprint(s.cfg.RetryAfter))
+	writeError(w, http.StatusServiceUnavailable, "server_error", "no engine is ready", "")
+}
+
+// Status builds the /v1/status document.
+func (s *Server) Status() routerapi.Status {
+	t := s.tbl.Load()
+	now := s.now()
+	pcfg := s.policy.Config()
+	st := routerapi.Status{Policy: string(pcfg.Kind), BlockSize: pcfg.BlockSize, Model: s.cfg.Model,
+		Endpoints: make([]routerapi.Endpoint, 0, len(t.routes)), Degradations: []routerapi.Degradation{}}
+
+	var sources map[string][]kvstream.SourceStatus
+	if s.streams != nil {
+		sources = map[string][]kvstream.SourceStatus{}
+		for _, ss := range s.streams.Status() {
+			sources[ss.Source.Endpoint] = append(sources[ss.Source.Endpoint], ss)
+		}
+	}
+	var winHits, winQueries float64
+	eventsBad := []string{}
+	for i := range t.routes {
+		rt := &t.routes[i]
+		ls := s.tracker.Stats(rt.name)
+		ready, why := s.readiness(rt, ls.FailStreak, now)
+		e := routerapi.Endpoint{Name: rt.name, URL: rt.ep.URL, Rank: rt.rank, Ready: ready, NotReadyReason: why,
+			InFlight: ls.InFlight, QueuedPrefillTokens: ls.QueuedPrefillTokens, TokensInFlight: ls.TokensInFlight}
+		if ready {
+			st.ReadyEndpoints++
+		}
+		if ls.Scraped {
+			m := ls.Metrics
+			e.Engine = &routerapi.EngineMetrics{Running: m.Running, Waiting: m.Waiting, KVUsage: m.KVUsage,
+				HitRate: ls.HitRate, HitRateValid: ls.HitRateOK, PrefixCacheQueries: m.PrefixQueries,
+				PrefixCacheHits: m.PrefixHits, Preemptions: m.Preemptions, PreemptionsPerMinute: ls.PreemptionsPerMinute,
+				BlockSize: m.BlockSize, HashAlgo: m.HashAlgo, ScrapedAt: ls.ScrapedAt, ScrapeError: ls.ScrapeError}
+			// A DP engine's ranks share one page: count the pod once in the fleet totals.
+			if rt.rank == 0 {
+				winHits += ls.WindowHits
+				winQueries += ls.WindowQueries
+				st.Fleet.PreemptionsPerMinute += ls.PreemptionsPerMinute
+				st.Fleet.Waiting += m.Waiting
+				st.Fleet.Running += m.Running
+			}
+		}
+		s.policyMu.Lock()
+		if m := s.policy.Model(rt.name); m != nil {
+			a, b := m.Params()
+			e.TTFTModel = &routerapi.TTFTModel{InterceptSeconds: a, SecondsPerToken: b,
+				Observations: m.Observations(), Calibrated: m.Calibrated()}
+		}
+		if m := s.policy.DecodeModel(rt.name); m != nil {
+			a, b := m.Params()
+			e.ITLModel = &routerapi.ITLModel{InterceptSeconds: a, SecondsPerStream: b,
+				Observations: m.Observations(), Calibrated: m.Calibrated()}
+		}
+		s.policyMu.Unlock()
+		if rt.ep.KVEvents != "" && sources != nil {
+			for _, ss := range sources[rt.ep.Name] {
+				if ss.Source.Rank != rt.rank {
+					continue
+				}
+				e.Events = &routerapi.EventHealth{Connected: ss.Connected, Stale: ss.Stale, StaleReason: ss.Reason,
+					LagSeconds: ss.Lag.Seconds(), Batches: ss.Batches, Gaps: ss.Gaps, Replays: ss.Replays,
+					ReplayFailures: ss.ReplayFailures, Restarts: ss.Restarts, DecodeErrors: ss.DecodeErrors,
+					Partial: ss.Partial}
+				// Idle engines publish nothing, so silence is not a fault; a lost connection
+				// or entries lost to an unrepaired gap are.
+				if ready && (!ss.Connected || ss.Stale || ss.Partial) {
+					eventsBad = append(eventsBad, rt.name)
+				}
+			}
+		}
+		st.Endpoints = append(st.Endpoints, e)
+	}
+	if winQueries > 0 {
+		st.Fleet.HitRate, st.Fleet.HitRateValid = winHits/winQueries, true
+	}
+
+	c := &s.counters
+	st.Router = routerapi.RouterStats{Requests: c.requests.Load(), PromptTokens: c.promptTokens.Load(),
+		CachedPromptTokens: c.cachedTokens.Load(), TokenizeFailures: c.tokFailures.Load(),
+		Retries: c.retries.Load(), Rejected: c.rejected.Load(), Decisions: map[string]uint64{}}
+	if st.Router.PromptTokens > 0 {
+		st.Router.RoutedHitRate = float64(st.Router.CachedPromptTokens) / float64(st.Router.PromptTokens)
+	}
+	if prompt, cached, span, ok := s.routed.since(s.routedNow()); ok {
+		st.Router.Window = &routerapi.RoutedWindow{Seconds: span.Seconds(), PromptTokens: prompt, CachedPromptTokens: cached}
+		if prompt > 0 {
+			st.Router.Window.RoutedHitRate = float64(cached) / float64(prompt)
+		}
+	}
+	c.decMu.Lock()
+	for k, v := range c.decisions {
+		st.Router.Decisions[k] = v
+	}
+	c.decMu.Unlock()
+
+	s.degMu.Lock()
+	// The tokenizer counts as degraded while its latest call failed, or one failed in the last
+	// minute.
+	if !s.tokFailSince.IsZero() || (!s.tokLastFail.IsZero() && now.Sub(s.tokLastFail) < time.Minute) {
+		since := s.tokFailSince
+		if since.IsZero() {
+			since = s.tokLastFail
+		}
+		st.Degradations = append(st.Degradations, routerapi.Degradation{Type: "TokenizerUnavailable",
+			Message: "requests are routed by load alone while /tokenize fails: " + s.tokLastErr, Since: since})
+	}
+	s.degMu.Unlock()
+	if len(eventsBad) > 0 {
+		st.Degradations = append(st.Degradations, routerapi.Degradation{Type: "EventsDegraded",
+			Message: fmt.Sprintf("KV events not current from %d endpoint(s), e.g. %s", len(eventsBad), eventsBad[0])})
+	}
+	if st.ReadyEndpoints == 0 {
+		st.Degradations = append(st.Degradations, routerapi.Degradation{Type: "NoReadyEndpoint",
+			Message: fmt.Sprintf("none of %d endpoint(s) is ready", len(t.routes))})
+	}
+	if s.index != nil {
+		is := s.index.Stats()
+		st.Index = &routerapi.IndexStats{Keys: is.Keys, Entries: is.Entries, Sources: is.Sources,
+			Predicted: is.Predicted, Evictions: is.Evictions}
+	}
+	return st
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.Status())
+}
+
+// Autoscale builds the /v1/autoscale document.
+func (s *Server) Autoscale() routerapi.Autoscale {
+	t := s.tbl.Load()
+	now := s.now()
+	var a routerapi.Autoscale
+	for i := range t.routes {
+		rt := &t.routes[i]
+		ls := s.tracker.Stats(rt.name)
+		if ok, _ := s.readiness(rt, ls.FailStreak, now); ok {
+			a.Endpoints++
+		}
+		a.TokensInFlight += ls.TokensInFlight
+		if ls.Scraped && rt.rank == 0 {
+			a.WaitingRequests += int(ls.Metrics.Waiting)
+		}
+	}
+	return a
+}
+
+func (s *Server) handleAutoscale(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.Autoscale())
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
