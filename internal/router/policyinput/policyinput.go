@@ -26,12 +26,14 @@ func Cached(m kvindex.EndpointMatch, blockSize int) policy.Cached {
 		Predicted: predicted * blockSize}
 }
 
-// TieBreak is the request's tie-break value when it has no session key: a hash of the whole
-// prompt, so identical cold prompts land on the same endpoint among equally loaded ones (on
-// every router replica: the hash is fixed, not seeded per process) while prompts that merely
-// share a template header spread; a counter-derived value when there are no tokens. It is the
-// same function as the router's (internal/router/proxy's tieBreak, whose four multiply-xor lanes over
-// pairs of tokens overlap the multiplies: a serial FNV chain cost ~0.2 ms per 100K tokens).
+// TieBreak is the value for policy.Request.TieBreak, which the policy uses to break load ties
+// only when the request has no session key: a hash of the whole prompt, so identical cold
+// prompts land on the same endpoint among equally loaded ones (on every router replica: the hash
+// is fixed, not seeded per process) while prompts that merely share a template header spread; a
+// counter-derived value when there are no tokens. The router (internal/router/proxy) and
+// kvbench (internal/bench/peers) both call it, so simulation breaks ties as production does.
+// Four multiply-xor lanes over pairs of tokens overlap the multiplies: a serial FNV chain cost
+// ~0.2 ms per 100K tokens.
 func TieBreak(tokens []uint32, seq uint64) uint64 {
 	if len(tokens) == 0 {
 		return seq * 0x9e3779b97f4a7c15

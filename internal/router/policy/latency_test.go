@@ -1,0 +1,75 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package policy
+
+import (
+	"math"
+	"testing"
+)
+
+func TestLatencyModelConverges(t *testing.T) {
+	m := NewLatencyModel(priorIntercept, priorSlope)
+	for i := 0; i < 200; i++ {
+		x := float64((i * 7919) % 50000)
+		noise := 0.01 * math.Sin(float64(i))
+		m.Observe(x, 0.1+x/4000+noise)
+	}
+	a, b := m.Params()
+	if math.Abs(a-0.1) > 0.02 || math.Abs(b-1.0/4000)/(1.0/4000) > 0.02 {
+		t.Fatalf("fit a=%g b=%g, want 0.1, %g", a, b, 1.0/4000)
+	}
+	if !m.Calibrated() {
+		t.Fatal("not calibrated after 200 observations")
+	}
+	// Garbage is ignored.
+	m.Observe(math.NaN(), 1)
+	m.Observe(10, math.Inf(1))
+	m.Observe(-1, 1)
+	if a2, b2 := m.Params(); a2 != a || b2 != b {
+		t.Fatal("invalid observation changed the fit")
+	}
+	// It follows drift: the engine gets twice as slow.
+	for i := 0; i < 300; i++ {
+		x := float64((i * 7919) % 50000)
+		m.Observe(x, 0.1+x/2000)
+	}
+	if _, b := m.Params(); math.Abs(b-1.0/2000)/(1.0/2000) > 0.05 {
+		t.Fatalf("did not follow drift: b=%g", b)
+	}
+	// Constant input must not wind the covariance up into nonsense.
+	for i := 0; i < 10000; i++ {
+		m.Observe(1000, 0.6)
+	}
+	if got := m.Predict(1000); math.Abs(got-0.6) > 0.01 {
+		t.Fatalf("predict after constant input %g", got)
+	}
+	if got := m.Predict(0); got < 0 || math.IsNaN(got) {
+		t.Fatalf("predict(0) %g", got)
+	}
+}
+
+func TestDecodeModelFitsTheLine(t *testing.T) {
+	m := NewDecodeModel(priorITL, priorITLSlope)
+	for i := 0; i < 200; i++ {
+		s := float64(i % 150)
+		m.Observe(s, 0.012+0.0004*s)
+	}
+	a, b := m.Params()
+	if math.Abs(a-0.012) > 0.001 || math.Abs(b-0.0004) > 0.00002 {
+		t.Fatalf("fit a=%.4f b=%.6f, want 0.012 and 0.0004", a, b)
+	}
+}

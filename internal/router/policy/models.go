@@ -1,0 +1,122 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package policy
+
+import "sort"
+
+// ObserveTTFT feeds a measured time to first token (seconds) of a request dispatched to endpoint
+// with prefillWork = Decision.PrefillWork.
+func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float64) {
+	m := p.models[endpoint]
+	if m == nil {
+		a, b := p.fleetPrior(endpoint)
+		m = NewLatencyModel(a, b)
+		p.models[endpoint] = m
+	}
+	m.Observe(float64(prefillWork), ttftSeconds)
+}
+
+// ObserveITL feeds the mean inter-token latency (seconds) of a finished stream on endpoint, with
+// the endpoint's active streams (this router's and others') while it decoded.
+func (p *Policy) ObserveITL(endpoint string, streams, itlSeconds float64) {
+	m := p.decode[endpoint]
+	if m == nil {
+		a, b, ok := medianFit(p.decode, endpoint)
+		if !ok {
+			a, b = priorITL, priorITLSlope
+		}
+		m = NewDecodeModel(a, b)
+		p.decode[endpoint] = m
+	}
+	m.Observe(streams, itlSeconds)
+}
+
+// DecodeModel returns the inter-token latency model of an endpoint, or nil if it has never been
+// observed.
+func (p *Policy) DecodeModel(endpoint string) *LatencyModel { return p.decode[endpoint] }
+
+// decodeFit is an endpoint's inter-token latency line: its own once calibrated, else the median
+// of the calibrated endpoints'. ok is false while no endpoint is calibrated (no stream has been
+// timed: the decode cost is unknown and the policy does not guess it).
+func (p *Policy) decodeFit(endpoint string) (intercept, slope float64, ok bool) {
+	if m := p.decode[endpoint]; m != nil && m.Calibrated() {
+		a, b := m.Params()
+		return a, b, true
+	}
+	return medianFit(p.decode, endpoint)
+}
+
+// Model returns the latency model of an endpoint, or nil if it has never been observed.
+func (p *Policy) Model(endpoint string) *LatencyModel { return p.models[endpoint] }
+
+// fleetPrior is where a new endpoint's model starts: the median of the calibrated endpoints'
+// fits (so a fresh replica of the same hardware is neither feared nor flooded), or the static
+// priors when nothing is calibrated yet.
+func (p *Policy) fleetPrior(except string) (float64, float64) {
+	if a, b, ok := medianFit(p.models, except); ok {
+		return a, b
+	}
+	return priorIntercept, priorSlope
+}
+
+// medianFit is the median intercept and slope of the calibrated models other than except's; ok
+// is false when there is none.
+func medianFit(models map[string]*LatencyModel, except string) (intercept, slope float64, ok bool) {
+	var as, bs []float64
+	for name, m := range models {
+		if name == except || !m.Calibrated() {
+			continue
+		}
+		a, b := m.Params()
+		as = append(as, a)
+		bs = append(bs, b)
+	}
+	if len(as) == 0 {
+		return 0, 0, false
+	}
+	return median(as), median(bs), true
+}
+
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// predict returns the predicted TTFT on an endpoint for x tokens of prefill work. An endpoint
+// with too few observations borrows the fleet's fit.
+func (p *Policy) predict(endpoint string, x int) float64 {
+	if m := p.models[endpoint]; m != nil && m.Calibrated() {
+		return m.Predict(float64(x))
+	}
+	a, b := p.fleetPrior(endpoint)
+	return a + b*float64(x)
+}
+
+// slope is an endpoint's fitted seconds per prefill token (the fleet's while it has too few
+// observations of its own).
+func (p *Policy) slope(endpoint string) float64 {
+	if m := p.models[endpoint]; m != nil && m.Calibrated() {
+		_, b := m.Params()
+		return b
+	}
+	_, b := p.fleetPrior(endpoint)
+	return b
+}

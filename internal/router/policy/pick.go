@@ -1,0 +1,183 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package policy
+
+import "math"
+
+type candidate struct {
+	idx       int
+	credit    float64 // credited cached tokens
+	uncached  int
+	work      int     // queued prefill (local + remote) + own uncached
+	ttft      float64 // predicted
+	streams   int
+	kvUsage   float64
+	loadScore float64 // what pick-by-load minimises for this request's shape
+	tie       uint64
+	placed    float64 // new prefixes recently placed here
+	counted   bool    // placed is known (false: the endpoint is new to the policy)
+}
+
+// Pick chooses an endpoint for req among eps. eps should come in a stable order (e.g. by name)
+// so that RoundRobin cycles predictably; the decision does not otherwise depend on the order.
+func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
+	cfg := p.cfg
+	cands := p.scores[:0]
+	newcomers := false
+	ready := 0
+	for i := range eps {
+		e := &eps[i]
+		if !e.Ready {
+			continue
+		}
+		ready++
+		streams := e.Load.InFlight + e.Load.RemoteInFlight
+		if cfg.MaxInFlight > 0 && streams >= cfg.MaxInFlight {
+			continue
+		}
+		c := candidate{idx: i, streams: streams, kvUsage: e.Load.KVUsage}
+		if req.Tokenized && req.PromptTokens > 0 {
+			c.credit = p.credit(e.Cached, req.PromptTokens)
+		}
+		c.uncached = req.PromptTokens - int(math.Floor(c.credit))
+		if c.uncached < 0 {
+			c.uncached = 0
+		}
+		c.work = e.Load.QueuedPrefillTokens + e.Load.RemotePrefillTokens + c.uncached
+		c.ttft = p.predict(e.Name, c.work)
+		key := req.TieBreak
+		if req.SessionKey != "" {
+			key = hashString(req.SessionKey)
+		}
+		c.tie = rendezvous(key, e.Name)
+		c.placed, c.counted = p.placed[e.Name]
+		newcomers = newcomers || !c.counted
+		cands = append(cands, c)
+	}
+	p.scores = cands
+	if ready == 0 {
+		return Decision{Reason: ReasonNoEndpoint}
+	}
+	if len(cands) == 0 {
+		return Decision{Reason: ReasonAdmissionFull}
+	}
+	if newcomers {
+		p.levelNewcomers(eps, cands)
+	}
+
+	shape := p.shape(req, cands)
+	for i := range cands {
+		// Auto scores every request by its predicted TTFT, which charges each endpoint the
+		// prefix it would recompute: a released decode-shaped request goes where it is
+		// cheapest, not merely to the fewest streams (which recomputes a long prefix on an
+		// engine that may be deep in prefill). Decode load enters through the stream-first
+		// placement of new prefixes (place), the bounded-load cap on releases and the
+		// KV-pressure release gate (saturated).
+		cands[i].loadScore = cands[i].ttft
+	}
+
+	var chosen int // index into cands
+	var reason Reason
+	switch cfg.Kind {
+	case RoundRobin:
+		chosen = int(p.rr % uint64(len(cands)))
+		p.rr++
+		reason = ReasonRoundRobin
+	case LeastLoaded:
+		// Cache-blind: active streams, then queued prefill tokens (without this request's
+		// cache-dependent share).
+		for i := range cands {
+			e := &eps[cands[i].idx]
+			cands[i].loadScore = float64(cands[i].streams) +
+				float64(e.Load.QueuedPrefillTokens+e.Load.RemotePrefillTokens)/(1+float64(e.Load.QueuedPrefillTokens+e.Load.RemotePrefillTokens))
+		}
+		chosen = p.byLoad(cands)
+		reason = ReasonLeastLoaded
+	default:
+		switch cfg.Kind {
+		case PrefillBound:
+			shape = ShapePrefill
+			for i := range cands {
+				cands[i].loadScore = cands[i].ttft
+			}
+		case DecodeBound:
+			shape = ShapeDecode
+			for i := range cands {
+				cands[i].loadScore = float64(cands[i].streams) + cands[i].ttft/(1+cands[i].ttft)
+			}
+		}
+		holder := p.holder(cands, req.PromptTokens)
+		switch {
+		case holder < 0:
+			// Only a tokenized prompt of at least one block starts a prefix that the index
+			// will let later requests follow; anything else keeps the plain order, whose
+			// tie-break (the session key) keeps a session on one endpoint.
+			spread := req.Tokenized && req.PromptTokens >= cfg.BlockSize
+			chosen, reason = p.place(cands, spread), ReasonLoad
+			if spread {
+				p.notePlacement(eps, cands[chosen].idx)
+			}
+		case cfg.Kind == PrefixOnly:
+			chosen, reason = holder, ReasonPrefix
+		default:
+			chosen, reason = holder, ReasonPrefix
+			if sat, alt := p.saturated(eps, cands, holder, p.expectedOutput(req)); sat {
+				chosen, reason = alt, ReasonSaturated
+			}
+		}
+	}
+
+	c := cands[chosen]
+	d := Decision{
+		Endpoint:       eps[c.idx].Name,
+		Reason:         reason,
+		Shape:          shape,
+		CachedTokens:   int(math.Floor(c.credit)),
+		UncachedTokens: c.uncached,
+		PrefillWork:    c.work,
+		PredictedTTFT:  c.ttft,
+	}
+	d.Fallbacks = p.fallbacks(eps, cands, chosen)
+	return d
+}
+
+// credit converts what an endpoint holds into tokens the request does not have to compute,
+// discounting slower tiers, capped at the prompt.
+func (p *Policy) credit(c Cached, prompt int) float64 {
+	cr := float64(c.GPU) + p.cfg.CPUCredit*float64(c.CPU) +
+		p.cfg.StorageCredit*float64(c.Storage) + p.cfg.PredictedCredit*float64(c.Predicted)
+	return math.Min(cr, float64(prompt))
+}
+
+// shape classifies a request by the least prefill it can cost (on its best holder) against its
+// expected output.
+func (p *Policy) shape(req Request, cands []candidate) Shape {
+	minUncached := req.PromptTokens
+	for _, c := range cands {
+		if c.uncached < minUncached {
+			minUncached = c.uncached
+		}
+	}
+	out := req.MaxTokens
+	if out <= 0 {
+		out = p.cfg.DefaultMaxTokens
+	}
+	if float64(minUncached) >= p.cfg.PrefillRatio*float64(out) {
+		return ShapePrefill
+	}
+	return ShapeDecode
+}

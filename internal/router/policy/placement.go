@@ -1,0 +1,185 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package policy
+
+import (
+	"math"
+	"sort"
+)
+
+// placementMemory is how many new-prefix placements per endpoint the placement counts remember:
+// each placement decays every count by 1/(placementMemory × endpoints).
+const placementMemory = 64
+
+// place picks an endpoint for a request no endpoint holds a prefix of worth following.
+//
+// PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
+// following) starts a prefix that later requests will follow, so it is placed for the traffic
+// to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
+// SaturationFactor of the best and within the bounded-load cap on streams (PlacementLoadBound),
+// the one that was given the fewest new prefixes lately (when spread is set), then the fewest
+// active streams (decode load), then the lower TTFT, then the lower KV usage, then the rendezvous
+// hash.
+//
+// Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
+// engine holding the fewest recent prefixes is the one whose future load is expected lowest.
+// Streams measure only the present, and early in a burst of new prefixes they are noise: on
+// shared-prefix at 60 QPS, placing by streams first left 18 to 21 of the 150 groups per engine
+// and made 12,917 output tok/s; by placements, 14,101 (docs/benchmarks.md). The cap is what
+// still answers the present: prefixes differ in popularity, and an engine whose prefixes drew
+// more than their share takes no new one. Placing by prefill queue alone makes an engine busy
+// decoding with a full cache look idle.
+func (p *Policy) place(cands []candidate, spread bool) int {
+	if p.cfg.Kind == PrefillBound {
+		return p.lowestCost(cands)
+	}
+	best := math.Inf(1)
+	for i := range cands {
+		best = math.Min(best, cands[i].loadScore)
+	}
+	ttftCap := p.cfg.SaturationFactor*best + 1e-12
+	bound := p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
+	chosen := -1
+	for pass := 0; pass < 2 && chosen < 0; pass++ {
+		for i := range cands {
+			c := &cands[i]
+			// The first pass keeps to the bounded-load cap; the second, reached only when
+			// every endpoint within the TTFT cap is over it, ignores it.
+			if c.loadScore > ttftCap || (pass == 0 && float64(c.streams+1) > bound) {
+				continue
+			}
+			if chosen < 0 || c.better(&cands[chosen], spread) {
+				chosen = i
+			}
+		}
+	}
+	return chosen
+}
+
+// better orders cold-placement candidates: fewer recent placements (when spread), then fewer
+// streams, lower TTFT, lower KV usage, higher rendezvous hash.
+func (c *candidate) better(b *candidate, spread bool) bool {
+	switch {
+	case spread && c.placed != b.placed:
+		return c.placed < b.placed
+	case c.streams != b.streams:
+		return c.streams < b.streams
+	case c.loadScore != b.loadScore:
+		return c.loadScore < b.loadScore
+	case c.kvUsage != b.kvUsage:
+		return c.kvUsage < b.kvUsage
+	}
+	return c.tie > b.tie
+}
+
+// notePlacement counts a new prefix placed on eps[idx], and ages every count so that the counts
+// describe about the last placementMemory placements per endpoint.
+func (p *Policy) notePlacement(eps []Endpoint, idx int) {
+	keep := 1 - 1/float64(placementMemory*max(1, len(eps)))
+	for n, v := range p.placed {
+		p.placed[n] = v * keep
+	}
+	p.placed[eps[idx].Name]++
+}
+
+// levelNewcomers gives a candidate seen for the first time the placement count of the least
+// placed one: a replica added to the fleet takes its share of new prefixes, not every new prefix
+// until it has caught up with engines that have served for hours.
+func (p *Policy) levelNewcomers(eps []Endpoint, cands []candidate) {
+	least := math.Inf(1)
+	for i := range cands {
+		if cands[i].counted {
+			least = math.Min(least, cands[i].placed)
+		}
+	}
+	if math.IsInf(least, 1) {
+		least = 0
+	}
+	for i := range cands {
+		if c := &cands[i]; !c.counted {
+			c.placed, c.counted = least, true
+			p.placed[eps[c.idx].Name] = least
+		}
+	}
+}
+
+// lowestCost returns the candidate with the lowest load score; near-ties (within TieTolerance)
+// go to fewer streams, then the rendezvous hash.
+func (p *Policy) lowestCost(cands []candidate) int {
+	best := 0
+	for i := range cands {
+		if cands[i].loadScore < cands[best].loadScore {
+			best = i
+		}
+	}
+	limit := cands[best].loadScore*(1+p.cfg.TieTolerance) + 1e-12
+	chosen := best
+	for i := range cands {
+		c, b := &cands[i], &cands[chosen]
+		if c.loadScore > limit {
+			continue
+		}
+		if c.streams < b.streams || (c.streams == b.streams && c.tie > b.tie) {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// byLoad returns the candidate with the lowest load score; near-ties (within TieTolerance) go to
+// the highest rendezvous hash, which spreads ties evenly and keeps a session on one endpoint.
+func (p *Policy) byLoad(cands []candidate) int {
+	best := 0
+	for i := 1; i < len(cands); i++ {
+		if cands[i].loadScore < cands[best].loadScore {
+			best = i
+		}
+	}
+	limit := cands[best].loadScore*(1+p.cfg.TieTolerance) + 1e-12
+	chosen := best
+	for i := range cands {
+		if cands[i].loadScore <= limit && cands[i].tie > cands[chosen].tie {
+			chosen = i
+		}
+	}
+	return chosen
+}
+
+// fallbacks ranks the other candidates by load score.
+func (p *Policy) fallbacks(eps []Endpoint, cands []candidate, chosen int) []string {
+	if len(cands) <= 1 {
+		return nil
+	}
+	order := make([]int, 0, len(cands)-1)
+	for i := range cands {
+		if i != chosen {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ca, cb := &cands[order[a]], &cands[order[b]]
+		if ca.loadScore != cb.loadScore {
+			return ca.loadScore < cb.loadScore
+		}
+		return ca.tie > cb.tie
+	})
+	out := make([]string, len(order))
+	for i, o := range order {
+		out[i] = eps[cands[o].idx].Name
+	}
+	return out
+}

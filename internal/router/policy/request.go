@@ -1,0 +1,85 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package policy
+
+// Cached is how much of this request's prompt an endpoint holds, in tokens, split by the best
+// tier each token is on (the parts are disjoint and add up to at most the prompt).
+type Cached struct {
+	GPU, CPU, Storage int
+	// Predicted: held according to routing decisions not yet confirmed by the engine's events.
+	Predicted int
+}
+
+// Total is every cached token regardless of tier.
+func (c Cached) Total() int { return c.GPU + c.CPU + c.Storage + c.Predicted }
+
+// Load is what is known about an endpoint's load.
+type Load struct {
+	// Router-local accounting, exact and instant.
+	InFlight            int // requests this router has in flight there
+	QueuedPrefillTokens int // uncached prompt tokens of those requests that have not had a first token yet
+	// Estimated load from other clients of the engine (other router replicas, direct callers):
+	// the engine's scraped queue minus what this router had in flight at scrape time. It
+	// refreshes with the scrape (about once a second) while local changes show at once.
+	RemoteInFlight      int
+	RemotePrefillTokens int
+	// Scraped engine state, informational for the policy (KV usage near 1 shows up as slower
+	// TTFTs, which the latency model already sees).
+	KVUsage float64
+}
+
+// Endpoint is one engine (or one data-parallel rank of one) as the policy sees it.
+type Endpoint struct {
+	Name   string
+	Ready  bool
+	Load   Load
+	Cached Cached
+}
+
+// Request is the shape of one request.
+type Request struct {
+	// PromptTokens is the prompt length in tokens. When Tokenized is false it is an estimate and
+	// Cached is ignored: the request is routed by load alone.
+	PromptTokens int
+	Tokenized    bool
+	// MaxTokens is the request's max_tokens (0: not given).
+	MaxTokens int
+	// SessionKey, when set, breaks ties so that one session stays on one endpoint.
+	SessionKey string
+	// TieBreak breaks ties when there is no session key: policyinput.TieBreak's hash of the whole
+	// prompt, so identical cold prompts land together, or a counter when there are no tokens.
+	TieBreak uint64
+}
+
+// Decision is the policy's answer.
+type Decision struct {
+	// Endpoint is the chosen endpoint's name; empty when none can take the request (see Reason).
+	Endpoint string
+	// Fallbacks are the other candidates, best first: where to retry when the chosen one fails
+	// before answering.
+	Fallbacks []string
+	Reason    Reason
+	Shape     Shape
+	// CachedTokens is the credited prefix on the chosen endpoint; UncachedTokens the prompt
+	// tokens it must compute. The router adds UncachedTokens to the endpoint's queued prefill.
+	CachedTokens, UncachedTokens int
+	// PrefillWork is the x of the latency model at dispatch (queued prefill there plus this
+	// request's uncached tokens); hand it back with the measured TTFT to ObserveTTFT.
+	PrefillWork int
+	// PredictedTTFT (seconds) on the chosen endpoint.
+	PredictedTTFT float64
+}
