@@ -28,10 +28,32 @@ type commonParams struct {
 	KVTransfer    json.RawMessage `json:"kv_transfer_params"`
 }
 
+func (p *commonParams) params() *commonParams { return p }
+
+// generateRequest is the body of /v1/completions or /v1/chat/completions: the common fields, and
+// what only one endpoint has.
+type generateRequest interface {
+	params() *commonParams
+	// promptTokens is the prompt the engine runs: the completions prompt, or the chat messages
+	// through the chat template.
+	promptTokens(s *Server) ([]uint32, error)
+	// maxTokens is the requested completion length; nil when the request sets none.
+	maxTokens() *int
+	chat() bool
+}
+
 type completionRequest struct {
 	commonParams
 	Prompt json.RawMessage `json:"prompt"`
 }
+
+func (r *completionRequest) promptTokens(s *Server) ([]uint32, error) {
+	return s.encodePrompt(r.Prompt)
+}
+
+func (r *completionRequest) maxTokens() *int { return r.MaxTokens }
+
+func (r *completionRequest) chat() bool { return false }
 
 type chatRequest struct {
 	commonParams
@@ -42,9 +64,23 @@ type chatRequest struct {
 	AddSpecialTokens    *bool         `json:"add_special_tokens"`
 }
 
-// promptTokens decodes the completions prompt forms: a string, a list of ids, or a one-element
+func (r *chatRequest) promptTokens(s *Server) ([]uint32, error) {
+	return s.chatTokens(r.Messages, boolOr(r.AddGenerationPrompt, true), r.ContinueFinal, boolOr(r.AddSpecialTokens, false))
+}
+
+// maxTokens prefers max_completion_tokens, OpenAI's replacement for the deprecated max_tokens.
+func (r *chatRequest) maxTokens() *int {
+	if r.MaxCompletionTokens != nil {
+		return r.MaxCompletionTokens
+	}
+	return r.MaxTokens
+}
+
+func (r *chatRequest) chat() bool { return true }
+
+// encodePrompt decodes the completions prompt forms: a string, a list of ids, or a one-element
 // list of either. Several prompts per request are not supported by the simulator.
-func (s *Server) promptTokens(raw json.RawMessage) ([]uint32, error) {
+func (s *Server) encodePrompt(raw json.RawMessage) ([]uint32, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt is required")
 	}
@@ -86,7 +122,25 @@ type job struct {
 	promptN int
 }
 
-func (s *Server) prepare(p commonParams, prompt []uint32, maxTokens *int, lora string, chat bool) (*job, error) {
+// decodeJob reads and checks a generation request. Both endpoints share it because the order of
+// the checks decides which error a request with several faults gets.
+func (s *Server) decodeJob(r *http.Request, req generateRequest) (*job, error) {
+	if err := decodeBody(r, req); err != nil {
+		return nil, err
+	}
+	lora, err := s.resolveModel(req.params().Model)
+	if err != nil {
+		return nil, err
+	}
+	s.slowTokenizer()
+	prompt, err := req.promptTokens(s)
+	if err != nil {
+		return nil, err
+	}
+	return s.prepare(req.params(), prompt, req.maxTokens(), lora, req.chat())
+}
+
+func (s *Server) prepare(p *commonParams, prompt []uint32, maxTokens *int, lora string, chat bool) (*job, error) {
 	if p.N != nil && *p.N != 1 {
 		return nil, badRequest("vllm-sim supports n=1 only")
 	}
@@ -156,52 +210,16 @@ func (s *Server) prepare(p commonParams, prompt []uint32, maxTokens *int, lora s
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var req completionRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	lora, err := s.resolveModel(req.Model)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.slowTokenizer()
-	prompt, err := s.promptTokens(req.Prompt)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	j, err := s.prepare(req.commonParams, prompt, req.MaxTokens, lora, false)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.run(w, r, j)
+	s.generate(w, r, &completionRequest{})
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	lora, err := s.resolveModel(req.Model)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.slowTokenizer()
-	prompt, err := s.chatTokens(req.Messages, boolOr(req.AddGenerationPrompt, true), req.ContinueFinal, boolOr(req.AddSpecialTokens, false))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	maxTokens := req.MaxCompletionTokens
-	if maxTokens == nil {
-		maxTokens = req.MaxTokens
-	}
-	j, err := s.prepare(req.commonParams, prompt, maxTokens, lora, true)
+	s.generate(w, r, &chatRequest{})
+}
+
+// generate serves both generation endpoints; req is the empty body of the endpoint's kind.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, req generateRequest) {
+	j, err := s.decodeJob(r, req)
 	if err != nil {
 		writeError(w, err)
 		return

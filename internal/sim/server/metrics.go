@@ -9,7 +9,7 @@ import (
 )
 
 // metrics mirrors the vLLM v1 Prometheus names and labels (model_name, engine) that routers and
-// autoscalers read; see design/vllm-contract.md §5.
+// autoscalers read; see docs/vllm-contract.md §5.
 type metrics struct {
 	reg *prometheus.Registry
 

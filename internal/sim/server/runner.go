@@ -1,6 +1,8 @@
 // Package server serves one simulated engine over vLLM's HTTP API (OpenAI completions and chat,
 // /tokenize, /metrics, ...) and runs the engine core in real time: each step sleeps for its
 // simulated duration divided by the time scale, then delivers its tokens and publishes its KV events.
+// ParseFlags reads vllm-sim's command line (vLLM's, plus sim-only flags) from a flag table, and
+// Serve runs the engines it describes.
 package server
 
 import (
