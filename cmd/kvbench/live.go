@@ -31,7 +31,7 @@ func runLive(args []string, log *slog.Logger) error {
 	maxWall := fs.Duration("max-wall", 5*time.Minute, "hard wall-clock bound of the run")
 	timeScale := fs.Float64("time-scale", 1, "the vllm-sim target's --time-scale (figures are reported in simulated seconds)")
 	epHeader := fs.String("endpoint-header", "X-Kvrouter-Endpoint", "response header naming the serving engine, if the target sets one")
-	traces := fs.String("traces", "../shared/traces", "directory holding the trace files")
+	traces := tracesFlag(fs)
 	out := fs.String("out", "out/live", "output directory for report.json and report.html")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -56,7 +56,7 @@ func runLive(args []string, log *slog.Logger) error {
 	if *duration > 0 {
 		spec.Load.Duration = *duration
 	}
-	reqs, err := workload.Generate(spec, r, workload.Options{TracesDir: *traces, MaxPromptTokens: spec.Fleet.MaxModelLen})
+	reqs, err := workload.Generate(spec, r, workload.Options{TracesDir: tracesDir(fs, *traces, *wl), MaxPromptTokens: spec.Fleet.MaxModelLen})
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func runSimulate(args []string, log *slog.Logger) error {
 	duration := fs.Float64("duration", 0, "override load.duration (seconds of arrivals per run)")
 	seed := fs.Uint64("seed", 0, "override the workload's seed")
 	seeds := fs.Int("seeds", 1, "run every policy and rate with this many seeds (the workload's, then +1, +2, ...) and report the means")
-	traces := fs.String("traces", "../shared/traces", "directory holding the trace files")
+	traces := tracesFlag(fs)
 	out := fs.String("out", "out/bench", "output directory (one subdirectory per workload)")
 	lag := fs.Float64("event-lag", 0.005, "KV event delay from engine to router index, seconds")
 	quiet := fs.Bool("quiet", false, "do not print tables")
@@ -98,7 +98,7 @@ func runSimulate(args []string, log *slog.Logger) error {
 				// ranking of close policies is partly luck.
 				sp := *spec
 				sp.Seed = spec.Seed + uint64(i)
-				reqs, err := workload.Generate(&sp, rate, workload.Options{TracesDir: *traces, MaxPromptTokens: maxPrompt})
+				reqs, err := workload.Generate(&sp, rate, workload.Options{TracesDir: tracesDir(fs, *traces, path), MaxPromptTokens: maxPrompt})
 				if err != nil {
 					return err
 				}

@@ -149,12 +149,48 @@ func main() {
 	}
 }
 
-func newLogger(level string) logr.Logger {
+func newLogger(level string) logr.Logger { return newLoggerTo(os.Stderr, level) }
+
+// newLoggerTo returns the router's logger: JSON lines on w. logr's V(n) lines reach slog at level
+// -n, which slog would label "DEBUG+3" for V(1); they are labelled "DEBUG" instead and carry their
+// verbosity as "v" (V(1) -> "v":1). With --log-level debug, V(1) to V(4) are printed.
+func newLoggerTo(w io.Writer, level string) logr.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: debugLevelLabel})
+	return logr.FromSlogHandler(verbosityHandler{h})
+}
+
+// debugLevelLabel labels every level below INFO (logr's V-levels) "DEBUG".
+func debugLevelLabel(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.LevelKey {
+		if lv, ok := a.Value.Any().(slog.Level); ok && lv < slog.LevelInfo {
+			a.Value = slog.StringValue(slog.LevelDebug.String())
+		}
+	}
+	return a
+}
+
+// verbosityHandler adds "v" (logr's verbosity) to records below INFO, whose level label
+// debugLevelLabel no longer tells apart.
+type verbosityHandler struct{ slog.Handler }
+
+func (h verbosityHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelInfo {
+		r = r.Clone()
+		r.AddAttrs(slog.Int("v", int(slog.LevelInfo-r.Level)))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h verbosityHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return verbosityHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h verbosityHandler) WithGroup(name string) slog.Handler {
+	return verbosityHandler{h.Handler.WithGroup(name)}
 }
 
 func run(ctx context.Context, o *options) error {

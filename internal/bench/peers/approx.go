@@ -38,9 +38,9 @@ func chainHashes(tokens []uint32, size int, tail bool, maxChunks int) []uint64 {
 	return out
 }
 
-// lruIndex is llm-d's approximate prefix index (peer-policies.md §1.2): a global hash → pods map
-// plus a per-pod LRU of block hashes; eviction from a pod's LRU removes the pod from the hash's
-// set. It learns only from routing decisions, never from the engines.
+// lruIndex is llm-d's approximate prefix index (docs/peer-policies.md §1.2): a global hash → pods
+// map plus a per-pod LRU of block hashes; eviction from a pod's LRU removes the pod from the
+// hash's set. It learns only from routing decisions, never from the engines.
 type lruIndex struct {
 	owners map[uint64]map[string]struct{}
 	pods   map[string]*podLRU

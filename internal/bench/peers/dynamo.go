@@ -7,7 +7,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
-// dynamo is NVIDIA Dynamo's KV router with its default linear cost (peer-policies.md §2.2):
+// dynamo is NVIDIA Dynamo's KV router with its default linear cost (docs/peer-policies.md §2.2):
 //
 //	cost(w) = max(0, (active_prefill_tokens(w) + L)/B − c·decay(w)·overlap(w)) + decode_blocks(w)
 //

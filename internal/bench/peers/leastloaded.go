@@ -3,8 +3,8 @@ package peers
 import "math/rand/v2"
 
 // leastLoaded sends each request to the endpoint with the fewest router-local in-flight requests
-// (the load signal of SGLang, production-stack loadaware and AIBrix, peer-policies.md §7), ties at
-// random. It is cache-blind.
+// (the load signal of SGLang, production-stack loadaware and AIBrix, docs/peer-policies.md §7),
+// ties at random. It is cache-blind.
 type leastLoaded struct {
 	nop
 	rng *rand.Rand

@@ -1,6 +1,6 @@
 package peers
 
-// Shared pieces of the llm-d EPP reimplementations (peer-policies.md §1.0–§1.2).
+// Shared pieces of the llm-d EPP reimplementations (docs/peer-policies.md §1.0–§1.2).
 
 // llmdBlockTokens is the approximate producer's block: max(64, engine block size) (§1.2).
 func llmdBlockTokens(engineBlock int) int { return max(64, engineBlock) }

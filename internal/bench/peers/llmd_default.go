@@ -2,7 +2,7 @@ package peers
 
 import "math/rand/v2"
 
-// llmdDefault is the llm-d EPP's default profile with no config file (peer-policies.md §1.1):
+// llmdDefault is the llm-d EPP's default profile with no config file (docs/peer-policies.md §1.1):
 // queue-scorer 2 + kv-cache-utilization-scorer 2 + prefix-cache-scorer 3 (pure match ratio) over
 // the approximate prefix producer (§1.2: 64-token blocks, match cap 131,072 tokens), max-score
 // picker with random ties. Queue and KV usage come from the 50 ms scrape.

@@ -6,10 +6,11 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 )
 
-// llmdPrecise is llm-d's precise prefix routing (peer-policies.md §1.3): the prefix-cache-scorer
-// fed by a KV-event index (contiguous GPU match from block 0, ratio matchBlocks/totalBlocks over
-// the request's full blocks), with the weights of the shipped precise config
-// (deploy/config/epp-precise-prefix-cache-config.yaml): prefix 2, KV utilisation 1, queue 1.
+// llmdPrecise is llm-d's precise prefix routing (docs/peer-policies.md §1.3): the
+// prefix-cache-scorer fed by a KV-event index (contiguous GPU match from block 0, ratio
+// matchBlocks/totalBlocks over the request's full blocks), with the weights of llm-d-router's
+// shipped precise config (deploy/config/epp-precise-prefix-cache-config.yaml): prefix 2, KV
+// utilisation 1, queue 1.
 // Speculative indexing is off (its default), so a burst of siblings sees nothing until the
 // engine's events arrive.
 type llmdPrecise struct {

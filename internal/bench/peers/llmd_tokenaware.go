@@ -2,13 +2,13 @@ package peers
 
 import "math/rand/v2"
 
-// llmdTokenPrefill is llm-d's "sticky until saturated" prefill-bound profile (peer-policies.md
-// §1.4, optimized-baseline guide): approximate prefix producer with the match capped at the
-// model length (40,960 tokens), inflight-load producer (uncached input tokens per endpoint,
-// released at the first token), prefix-cache-affinity-filter (ratio >= 0.80, broken when the best
-// sticky endpoint's TTFT exceeds the best non-sticky one's by more than 18 s, TTFT = in-flight
-// tokens / 15,928 tok/s), then token-load-scorer (argmin in-flight + this request's uncached
-// tokens; Q = 4,194,304 makes it linear) with the max-score picker.
+// llmdTokenPrefill is llm-d's "sticky until saturated" prefill-bound profile (docs/peer-policies.md
+// §1.4, optimized-baseline guide): approximate prefix producer with the match capped at the model
+// length (40,960 tokens), inflight-load producer (uncached input tokens per endpoint, released at
+// the first token), prefix-cache-affinity-filter (ratio >= 0.80, broken when the best sticky
+// endpoint's TTFT exceeds the best non-sticky one's by more than 18 s, TTFT = in-flight tokens /
+// 15,928 tok/s), then token-load-scorer (argmin in-flight + this request's uncached tokens; Q =
+// 4,194,304 makes it linear) with the max-score picker.
 type llmdTokenPrefill struct {
 	rng      *rand.Rand
 	prefix   *approxProducer
@@ -106,7 +106,7 @@ func (p *llmdTokenPrefill) FirstToken(r *Request, ep string, _ float64) {
 // Finished releases the tokens of a request that ended without a first token (an error).
 func (p *llmdTokenPrefill) Finished(r *Request, ep string) { p.FirstToken(r, ep, 0) }
 
-// llmdTokenDecode is the decode profile's active-request-scorer (peer-policies.md §1.4):
+// llmdTokenDecode is the decode profile's active-request-scorer (docs/peer-policies.md §1.4):
 // n = in-flight requests, idle (n <= 0) -> 1, else (maxN - n)/maxN; max-score picker.
 type llmdTokenDecode struct {
 	nop

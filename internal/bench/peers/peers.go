@@ -1,7 +1,8 @@
 // Package peers holds every routing policy kvbench compares, each reimplemented at formula level
-// from ../shared/design/peer-policies.md (the section is cited in each file), behind one small
-// interface so that one harness drives them all on the same workload. kvrouter's own policies are
-// not reimplemented: kvrouter.go adapts the shipping internal/router/policy package.
+// from the peers' public sources as docs/peer-policies.md describes them (each file cites its
+// section there), behind one small interface so that one harness drives them all on the same
+// workload. kvrouter's own policies are not reimplemented: kvrouter.go adapts the shipping
+// internal/router/policy package.
 //
 // Policies are driven by one goroutine (the simulation loop or the live load generator holds a
 // lock); none is safe for concurrent use.
@@ -72,7 +73,7 @@ type StatsReporter interface {
 // Factory names a policy and builds a fresh instance for one run.
 type Factory struct {
 	Name string
-	// Source is the section of peer-policies.md (or the package) the implementation follows.
+	// Source is the section of docs/peer-policies.md (or the package) the implementation follows.
 	Source string
 	// NeedsEvents is true when the policy reads Env.Events, NeedsExact when it reads Env.Exact.
 	NeedsEvents, NeedsExact bool

@@ -96,7 +96,7 @@ func TestApproximatePoliciesFollowTheirOwnRouting(t *testing.T) {
 }
 
 func TestLLMDDefaultBlendCachedBeatsOneQueued(t *testing.T) {
-	// peer-policies.md §1.1: a fully cached endpoint with queue 1 beats a cold one with queue 0.
+	// docs/peer-policies.md §1.1: a fully cached endpoint with queue 1 beats a cold one with queue 0.
 	p := newLLMDDefault(env())
 	e := eps(2)
 	r := &Request{ID: 1, Tokens: toks(3, 640)}

@@ -2,7 +2,7 @@ package peers
 
 import "math/rand/v2"
 
-// prodstackPrefix is production-stack's prefixaware router (peer-policies.md §4): a trie of
+// prodstackPrefix is production-stack's prefixaware router (docs/peer-policies.md §4): a trie of
 // 128-character chunks (32 of kvbench's 4-character tokens; the last partial chunk included),
 // each node holding the endpoints that inserted through it. The match narrows the candidate set
 // node by node and stops when a node is missing or nobody is left; the pick is uniform among the

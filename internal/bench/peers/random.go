@@ -2,8 +2,8 @@ package peers
 
 import "math/rand/v2"
 
-// random is llm-d's random-picker (peer-policies.md §1.0, the "random-scheduling" baseline of
-// §6.1): uniform over the candidates.
+// random is llm-d's random-picker (docs/peer-policies.md §1.0, the "random-scheduling" baseline
+// of §6.1): uniform over the candidates.
 type random struct {
 	nop
 	rng *rand.Rand

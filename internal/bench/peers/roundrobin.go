@@ -1,6 +1,6 @@
 package peers
 
-// roundRobin follows production-stack's roundrobin (peer-policies.md §4): a cursor over the
+// roundRobin follows production-stack's roundrobin (docs/peer-policies.md §4): a cursor over the
 // endpoints in a stable order, idx mod n. It is also what a Kubernetes Service approximates.
 type roundRobin struct {
 	nop

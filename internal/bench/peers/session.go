@@ -6,8 +6,8 @@ import (
 	"sort"
 )
 
-// session follows production-stack's session router (peer-policies.md §4): a consistent hash ring
-// over the endpoints keyed by the session id; requests without one go to _qps_routing (the
+// session follows production-stack's session router (docs/peer-policies.md §4): a consistent hash
+// ring over the endpoints keyed by the session id; requests without one go to _qps_routing (the
 // endpoint with the fewest requests in the last 60 s window, the first never-used one first).
 // The ring uses 160 points per endpoint (ketama-style); the exact point count only changes which
 // sessions land where, not the policy's behaviour.

@@ -5,9 +5,9 @@ import (
 	"sort"
 )
 
-// sglang is SGLang's cache_aware policy with the CLI defaults users get (peer-policies.md §3.2,
-// §3.3): cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5, eviction every
-// 60 s down to 2^26 characters per tenant. Load is the router's in-flight count.
+// sglang is SGLang's cache_aware policy with the CLI defaults users get (docs/peer-policies.md
+// §3.2, §3.3): cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5, eviction
+// every 60 s down to 2^26 characters per tenant. Load is the router's in-flight count.
 //
 // The character radix tree is kept at 16-token (64-character) granularity as chained hashes; a
 // match therefore counts whole 16-token steps, which loses at most 15 tokens of a match and does

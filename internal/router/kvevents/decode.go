@@ -50,7 +50,7 @@ func (d *Decoder) Decode(payload []byte, b *Batch) error {
 			}
 		}
 	case tMap:
-		// Defensive: one vLLM snapshot encodes the batch as a map (vllm-contract.md §1.1).
+		// Defensive: one vLLM snapshot encodes the batch as a map (docs/vllm-contract.md §1.1).
 		n := r.mapLen()
 		seenEvents := false
 		for i := 0; i < n && r.err == nil; i++ {
@@ -140,7 +140,7 @@ func tagKind(tag []byte) Kind {
 }
 
 // arrayEvent decodes the legacy positional form. Field positions come from vLLM's declaration
-// order (vllm-contract.md §1.2/§1.3); a field of an unexpected type (SGLang's metadata map where
+// order (docs/vllm-contract.md §1.2/§1.3); a field of an unexpected type (SGLang's metadata map where
 // vLLM has lora_name) is skipped rather than failing the batch.
 func (d *Decoder) arrayEvent(b *Batch, ev *Event) bool {
 	r := &d.r

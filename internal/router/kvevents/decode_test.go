@@ -12,7 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/kvevents/kveventstest"
 )
 
-// Vectors V1–V6 of ../shared/design/vllm-contract.md §9 (derived from a vLLM v0.26.0 capture).
+// Vectors V1–V6 of docs/vllm-contract.md §9 (derived from a vLLM v0.26.0 capture).
 var vectors = map[string]string{
 	"V1": "93cb41daa8dbe0359fe7918ba474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657391cfdab89baa" +
 		"7b5857c0b1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f696473dc0010ce0002505ccd0368ccc6cd23" +

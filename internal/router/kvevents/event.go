@@ -1,6 +1,6 @@
 // Package kvevents decodes the KV-cache event batches that vLLM (and SGLang) engines publish over
 // ZMQ: msgpack `[ts, events, data_parallel_rank]` batches whose events are either tagged arrays
-// (vLLM <= 0.23) or tagged maps (vLLM >= 0.24). See ../shared/design/vllm-contract.md §1.
+// (vLLM <= 0.23) or tagged maps (vLLM >= 0.24). See docs/vllm-contract.md §1.
 //
 // Decoding is the router's hot path, so Decoder reuses every buffer it hands out: the slices in
 // a decoded Batch alias the Decoder's arenas and the payload, and stay valid only until the next

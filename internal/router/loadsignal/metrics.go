@@ -25,7 +25,7 @@ type EngineMetrics struct {
 	BlockSize, HashAlgo string
 }
 
-// Metric names as vLLM exposes them (../shared/design/vllm-contract.md §5). mKVUsageOld and the
+// Metric names as vLLM exposes them (docs/vllm-contract.md §5). mKVUsageOld and the
 // mPrefixOld counters are the names of vLLM before 0.9 (later versions can still show them as
 // deprecated metrics); they are read only when the current name is absent, so an engine that
 // exposes both is counted once.

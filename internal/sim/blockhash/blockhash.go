@@ -1,6 +1,6 @@
 // Package blockhash computes vLLM's prefix-cache block hash chain, so that the hashes the simulator
 // publishes in KV events are the ones a real vLLM would publish for the same tokens, algorithm and
-// PYTHONHASHSEED (see design/vllm-contract.md §3).
+// PYTHONHASHSEED (see docs/vllm-contract.md §3).
 //
 // A block's hash is hash_fn(CBOR([parent digest, [token ids], extra keys or null])) with canonical
 // CBOR; the first block's parent is NONE_HASH = hash_fn(CBOR(PYTHONHASHSEED)) or 32 random bytes

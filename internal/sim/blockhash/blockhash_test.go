@@ -27,7 +27,7 @@ func mustNew(t *testing.T, algo, seed string) *Hasher {
 	return h
 }
 
-// The V8 vectors of design/vllm-contract.md §9.
+// The V8 vectors of docs/vllm-contract.md §9.
 func TestSHA256CBORVectors(t *testing.T) {
 	h := mustNew(t, SHA256CBOR, "0")
 	if got := h.NoneHash().String(); got != "4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e" {

@@ -1,7 +1,7 @@
 // Package kvpublish puts the simulator's KV events on the wire exactly as vLLM's ZmqEventPublisher
 // does: msgpack event batches (tagged-map or legacy tagged-array events), a ZMQ PUB socket with
 // frames [topic, 8-byte big-endian sequence, payload], and a ROUTER socket that replays buffered
-// batches (design/vllm-contract.md §1-§2).
+// batches (docs/vllm-contract.md §1-§2).
 package kvpublish
 
 import (

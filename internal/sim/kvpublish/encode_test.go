@@ -19,7 +19,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-// Values of design/vllm-contract.md §9 (a vLLM v0.26.0 capture).
+// Values of docs/vllm-contract.md §9 (a vLLM v0.26.0 capture).
 const (
 	vecTS   = 1789095808.8378847
 	vecHash = uint64(15760518052499183552)

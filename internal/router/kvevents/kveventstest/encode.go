@@ -1,5 +1,5 @@
 // Package kveventstest builds vLLM KV-event payloads for tests and benchmarks: the msgpack
-// shapes msgspec produces in both encodings (vllm-contract.md §1.4), written by hand so widths
+// shapes msgspec produces in both encodings (docs/vllm-contract.md §1.4), written by hand so widths
 // are exactly what an engine would send.
 package kveventstest
 
