@@ -62,7 +62,7 @@ func splitInstall(objs []*unstructured.Unstructured) (*installParts, error) {
 			}
 			sa := d.Spec.Template.Spec.ServiceAccountName
 			if sa == "" {
-				return nil, fmt.Errorf("Deployment %s names no serviceAccountName: OLM grants the CSV's permissions to a named ServiceAccount", d.Name)
+				return nil, fmt.Errorf("deployment %s names no serviceAccountName: OLM grants the CSV's permissions to a named ServiceAccount", d.Name)
 			}
 			serviceAccounts[sa] = true
 			p.strategy.DeploymentSpecs = append(p.strategy.DeploymentSpecs, operatorsv1alpha1.StrategyDeploymentSpec{

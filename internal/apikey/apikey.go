@@ -2,6 +2,10 @@
 // clients send and vLLM's --api-key checks. Keys are kept as SHA-256 digests and compared in
 // constant time, so neither the comparison's duration nor a memory dump of the checker tells
 // what a key is.
+//
+// It is shared by two programs: the router (internal/router/proxy checks clients' keys) and
+// vllm-sim (internal/sim/server checks a key as vLLM's --api-key does), which is why it sits at
+// the top of internal/ rather than under either.
 package apikey
 
 import (

@@ -1,6 +1,8 @@
 // Package routerapi holds the JSON the router serves on GET /v1/status and GET /v1/autoscale.
-// It has no dependencies so that the operator (which reads /v1/status into the KVRouter status)
-// and tests can decode it without pulling in the router.
+// It is the one package the router and the operator share: the router (internal/router/proxy)
+// serves it and the operator (internal/operator/routerstatus) decodes it into the KVRouter's
+// status. It has no dependencies so that the operator, kvbench and tests can decode it without
+// pulling in the router; test/layout holds that shape.
 package routerapi
 
 import "time"

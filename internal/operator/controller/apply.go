@@ -159,7 +159,7 @@ func ownsField(entries []metav1.ManagedFieldsEntry, manager string, path ...stri
 			continue
 		}
 		var set map[string]any
-		if err := json.Unmarshal(e.FieldsV1.Raw, &set); err != nil {
+		if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &set); err != nil {
 			continue
 		}
 		node := set

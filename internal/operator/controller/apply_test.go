@@ -92,9 +92,9 @@ func TestToApplyObjectKeepsUnstructuredAsWritten(t *testing.T) {
 func TestOwnsField(t *testing.T) {
 	entries := []metav1.ManagedFieldsEntry{
 		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)},
 		{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply,
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:template":{}}}`)},
 	}
 	if ownsField(entries, FieldManager, "spec", "replicas") {
 		t.Error("replicas owned by another manager counted as the operator's")
@@ -102,7 +102,7 @@ func TestOwnsField(t *testing.T) {
 	if !ownsField(entries, FieldManager, "spec", "template") {
 		t.Error("template applied by the operator not found")
 	}
-	entries[1].FieldsV1.Raw = []byte(`{"f:spec":{"f:replicas":{},"f:template":{}}}`)
+	entries[1].FieldsV1.SetRawString(`{"f:spec":{"f:replicas":{},"f:template":{}}}`)
 	if !ownsField(entries, FieldManager, "spec", "replicas") {
 		t.Error("replicas applied by the operator not found")
 	}

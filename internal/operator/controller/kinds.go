@@ -53,7 +53,7 @@ type OptionalKind struct {
 
 // OptionalKinds lists the kinds that come from CRDs outside Kubernetes.
 var OptionalKinds = []OptionalKind{
-	{GVK: gwapiv1.SchemeGroupVersion.WithKind("HTTPRoute"), CRD: "httproutes.gateway.networking.k8s.io", NeededFor: "spec.gateway"},
+	{GVK: schema.GroupVersion(gwapiv1.GroupVersion).WithKind("HTTPRoute"), CRD: "httproutes.gateway.networking.k8s.io", NeededFor: "spec.gateway"},
 	{GVK: scaledObjectGVK, CRD: "scaledobjects.keda.sh", NeededFor: "spec.autoscaling"},
 	{GVK: lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), CRD: "leaderworkersets.leaderworkerset.x-k8s.io", NeededFor: "spec.engine.nodesPerReplica > 1"},
 	{GVK: serviceMonitorGVK, CRD: "servicemonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},

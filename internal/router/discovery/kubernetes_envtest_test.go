@@ -16,11 +16,11 @@ import (
 	"github.com/kvrouter/kvrouter/test/rbacaudit"
 )
 
-// TestKubernetesEnvtest runs the discovery scenario against a real kube-apiserver and etcd
+// TestEnvtestKubernetesDiscovery runs the discovery scenario against a real kube-apiserver and etcd
 // (KUBEBUILDER_ASSETS, as `make envtest` builds them into bin/k8s/<version>), as a user that
 // holds only the Role the operator renders for the router, and checks from the API server's
 // audit log that discovery needs every permission of that Role and nothing more.
-func TestKubernetesEnvtest(t *testing.T) {
+func TestEnvtestKubernetesDiscovery(t *testing.T) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		t.Skip("KUBEBUILDER_ASSETS not set (make envtest builds the control plane into bin/k8s)")

@@ -1,7 +1,6 @@
 package kvindex
 
 import (
-	"math/bits"
 	"sync/atomic"
 
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
@@ -323,12 +322,4 @@ func (ix *Index) growWords(w int) {
 		ix.extBits[c] = nc
 	}
 	ix.w = w
-}
-
-func onesCount(ws []uint64) int {
-	c := 0
-	for _, w := range ws {
-		c += bits.OnesCount64(w)
-	}
-	return c
 }
