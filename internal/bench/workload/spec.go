@@ -141,7 +141,7 @@ type Trace struct {
 	MaxOutputTokens int `json:"maxOutputTokens,omitempty"`
 }
 
-// Load reads and validates a workload file.
+// LoadFile reads and validates a workload file.
 func LoadFile(path string) (*Spec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
