@@ -1,17 +1,31 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 package proxy
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/router/jsonscan"
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
@@ -32,174 +46,94 @@ const (
 	kindChat
 )
 
-// inference holds the fields of an OpenAI request the router reads; the body itself is passed
-// through untouched (unless vllm_xargs is injected).
-type inference struct {
-	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	CacheSalt           string          `json:"cache_salt"`
-	// Tokenization options forwarded to /tokenize so it templates exactly as serving will.
-	AddSpecialTokens     *bool           `json:"add_special_tokens"`
-	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
-	ContinueFinalMessage *bool           `json:"continue_final_message"`
-	ChatTemplate         *string         `json:"chat_template"`
-	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
-	Tools                json.RawMessage `json:"tools"`
-	// authorization is what the router's /tokenize call for this request sends (auth.go).
-	authorization string
-}
-
-// parseInference reads the fields the router needs from the body's top-level members. Large
-// values (prompt, messages, tools) stay raw sub-slices of the body; small ones are decoded.
-func parseInference(fields map[string][]byte) (inference, string, error) {
-	var req inference
-	raw := func(k string) json.RawMessage {
-		v := fields[k]
-		if v == nil || string(v) == "null" {
-			return nil
-		}
-		return v
-	}
-	for _, f := range []struct {
-		key string
-		dst any
-	}{
-		{"model", &req.Model}, {"stream", &req.Stream}, {"max_tokens", &req.MaxTokens},
-		{"max_completion_tokens", &req.MaxCompletionTokens}, {"cache_salt", &req.CacheSalt},
-		{"add_special_tokens", &req.AddSpecialTokens}, {"add_generation_prompt", &req.AddGenerationPrompt},
-		{"continue_final_message", &req.ContinueFinalMessage}, {"chat_template", &req.ChatTemplate},
-	} {
-		if v := raw(f.key); v != nil {
-			if err := json.Unmarshal(v, f.dst); err != nil {
-				return req, f.key, fmt.Errorf("invalid %s: %v", f.key, err)
-			}
-		}
-	}
-	req.Prompt, req.Messages = raw("prompt"), raw("messages")
-	req.ChatTemplateKwargs, req.Tools = raw("chat_template_kwargs"), raw("tools")
-	return req, "", nil
-}
-
-// handleInference serves /v1/completions and /v1/chat/completions.
+// handleInference serves /v1/completions and /v1/chat/completions: it reads the request,
+// tokenizes its prompt, has the policy pick an engine, and forwards the request there. A step
+// that refuses the request returns the apiError the client is answered with.
 func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.counters.requests.Add(1)
-		// A client trickling its body (slowloris) would hold this handler for ever: bound the
-		// read. The deadline is lifted once the body is in, so that the connection's reads,
-		// which notice a client leaving mid-stream, go on for as long as the answer takes.
-		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout)) // the network's clock, not s.now
-		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-		_ = rc.SetReadDeadline(time.Time{})
+		body, err := s.receiveBody(w, r)
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				s.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error",
-					fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes), "")
-				return
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				w.Header().Set("Connection", "close")
-				s.fail(w, http.StatusRequestTimeout, "invalid_request_error",
-					fmt.Sprintf("request body not received within %v", s.cfg.BodyReadTimeout), "")
-				return
-			}
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", "cannot read request body: "+err.Error(), "")
+			s.refuse(w, err)
 			return
 		}
-		fields, err := topLevel(body)
+		req, err := s.parseRequest(r, kind, body)
 		if err != nil {
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", "request body is not valid JSON: "+err.Error(), "")
+			s.refuse(w, err)
 			return
 		}
-		req, param, err := parseInference(fields)
-		if err != nil {
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error(), param)
-			return
-		}
-		if req.Model == "" {
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", "you must provide a model parameter", "model")
-			return
-		}
-		switch {
-		case kind == kindCompletion && len(req.Prompt) == 0:
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", "you must provide a prompt", "prompt")
-			return
-		case kind == kindChat && (len(req.Messages) == 0 || req.Messages[0] != '['):
-			s.fail(w, http.StatusBadRequest, "invalid_request_error", "messages must be an array", "messages")
-			return
-		}
-		lora, known := s.models.lookup(r.Context(), req.Model)
-		if !known {
-			s.fail(w, http.StatusNotFound, "invalid_request_error",
-				fmt.Sprintf("the model %q does not exist", req.Model), "model")
-			return
-		}
-		if s.cfg.ReportModeFull {
-			if body, err = injectReportMode(body); err != nil {
-				s.fail(w, http.StatusBadRequest, "invalid_request_error", err.Error(), "vllm_xargs")
-				return
-			}
-		}
-
 		t := s.tbl.Load()
-		req.authorization = s.cfg.Auth.upstreamAuthorization(r.Header.Get("Authorization"))
 		tokens, tokenized := s.tokens(r.Context(), t, kind, &req)
-		maxTokens := 0
-		if req.MaxCompletionTokens != nil {
-			maxTokens = *req.MaxCompletionTokens
-		} else if req.MaxTokens != nil {
-			maxTokens = *req.MaxTokens
-		}
-		params := kvindex.KeyParams{LoRAName: lora, CacheSalt: req.CacheSalt}
-		promptTokens := len(tokens)
-		if !tokenized {
-			// Not a guess at the token count for the index (that is what tokenization is for);
-			// only a size for the load accounting: ~4 bytes per token of the body.
-			promptTokens = len(body) / 4
-		}
-		preq := policy.Request{PromptTokens: promptTokens, Tokenized: tokenized, MaxTokens: maxTokens,
-			TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load())}
-		if s.cfg.SessionHeader != "" {
-			preq.SessionKey = r.Header.Get(s.cfg.SessionHeader)
-		}
-
-		routeStart := s.now()
-		var keys []kvindex.Key
-		if tokenized && s.index != nil {
-			// Computed once, for the lookup and for the prediction after dispatch.
-			keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
-		}
-		d, gpuHeld := s.decide(t, preq, keys)
-		s.metrics.decisionSeconds.Observe(s.now().Sub(routeStart).Seconds())
-		s.countDecision(d)
-		if d.Endpoint == "" {
-			s.counters.rejected.Add(1)
-			w.Header().Set("Retry-After", strconv.Itoa(s.cfg.RetryAfter))
-			msg := "no engine is ready"
-			if d.Reason == policy.ReasonAdmissionFull {
-				msg = "every engine is at its admission limit"
-			}
-			s.fail(w, http.StatusServiceUnavailable, "server_error", msg, "")
+		rt, err := s.route(t, r, &req, tokens, tokenized)
+		if err != nil {
+			s.refuse(w, err)
 			return
 		}
-		if tokenized {
-			s.counters.promptTokens.Add(uint64(len(tokens)))
-			s.counters.cachedTokens.Add(uint64(d.CachedTokens))
-		}
-
-		out := maxTokens
-		if out <= 0 {
-			out = s.policy.Config().DefaultMaxTokens
-		}
-		ex := &exchange{s: s, w: w, r: r, body: body, path: r.URL.Path, stream: req.Stream,
-			keys: keys, gpuHeld: gpuHeld, workTokens: promptTokens + out, promptTokens: promptTokens}
-		ex.run(t, d)
+		s.newExchange(w, r, &req, rt).run(t, rt.decision)
 	}
+}
+
+// routing is a request as the policy saw it, and the policy's answer.
+type routing struct {
+	req      policy.Request
+	keys     []kvindex.Key // the prompt's content keys (nil: not tokenized, or no index)
+	decision policy.Decision
+	gpuHeld  []int // per route: leading blocks of keys it held on GPU at the lookup
+}
+
+// route has the policy pick an engine for the request. When none can take it, the answer is a
+// 503 the client may retry.
+func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint32, tokenized bool) (routing, error) {
+	rt := routing{req: s.policyRequest(r, req, tokens, tokenized)}
+	start := s.now()
+	if tokenized && s.index != nil {
+		// Computed once, for the lookup and for the prediction after dispatch.
+		params := kvindex.KeyParams{LoRAName: req.lora, CacheSalt: req.CacheSalt}
+		rt.keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
+	}
+	rt.decision, rt.gpuHeld = s.decide(t, rt.req, rt.keys)
+	s.metrics.decisionSeconds.Observe(s.now().Sub(start).Seconds())
+	s.countDecision(rt.decision)
+	if rt.decision.Endpoint == "" {
+		s.counters.rejected.Add(1)
+		msg := "no engine is ready"
+		if rt.decision.Reason == policy.ReasonAdmissionFull {
+			msg = "every engine is at its admission limit"
+		}
+		return rt, &apiError{status: http.StatusServiceUnavailable, typ: serverError, msg: msg,
+			header: http.Header{"Retry-After": {strconv.Itoa(s.cfg.RetryAfter)}}}
+	}
+	if tokenized {
+		s.counters.promptTokens.Add(uint64(len(tokens)))
+		s.counters.cachedTokens.Add(uint64(rt.decision.CachedTokens))
+	}
+	return rt, nil
+}
+
+// policyRequest is what the policy weighs of a request.
+func (s *Server) policyRequest(r *http.Request, req *inference, tokens []uint32, tokenized bool) policy.Request {
+	promptTokens := len(tokens)
+	if !tokenized {
+		// Not a guess at the token count for the index (that is what tokenization is for);
+		// only a size for the load accounting: ~4 bytes per token of the body.
+		promptTokens = len(req.body) / 4
+	}
+	preq := policy.Request{PromptTokens: promptTokens, Tokenized: tokenized, MaxTokens: req.maxTokens(),
+		TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load())}
+	if s.cfg.SessionHeader != "" {
+		preq.SessionKey = r.Header.Get(s.cfg.SessionHeader)
+	}
+	return preq
+}
+
+// newExchange prepares the request's way through the engine the policy chose.
+func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *inference, rt routing) *exchange {
+	out := rt.req.MaxTokens
+	if out <= 0 {
+		out = s.policy.Config().DefaultMaxTokens
+	}
+	return &exchange{s: s, w: w, r: r, body: req.body, path: r.URL.Path, stream: req.Stream, keys: rt.keys,
+		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens}
 }
 
 // tokens asks an engine for the request's exact token ids. A failure (or no engine to ask) is
@@ -331,7 +265,8 @@ func promptIDs(raw json.RawMessage) ([]uint32, bool) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, false
 	}
-	if ids, ok := tokenize.ParseIDs(raw); ok && len(ids) > 0 {
+	s := jsonscan.New(raw)
+	if ids, ok := s.Uint32s(); ok && s.AtEnd() && len(ids) > 0 {
 		return ids, true
 	}
 	var batch [][]uint32
@@ -353,69 +288,4 @@ func promptText(raw json.RawMessage) (string, bool) {
 		return batch[0], true
 	}
 	return "", false
-}
-
-// injectReportMode sets vllm_xargs.kv_cache_report_mode = "full", keeping any other xargs.
-func injectReportMode(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
-	}
-	xargs := map[string]json.RawMessage{}
-	if raw, ok := m["vllm_xargs"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &xargs); err != nil {
-			return nil, fmt.Errorf("vllm_xargs must be an object")
-		}
-	}
-	if _, set := xargs["kv_cache_report_mode"]; !set {
-		xargs["kv_cache_report_mode"] = json.RawMessage(`"full"`)
-	}
-	raw, err := json.Marshal(xargs)
-	if err != nil {
-		return nil, err
-	}
-	m["vllm_xargs"] = raw
-	return json.Marshal(m)
-}
-
-// fail writes an OpenAI-style error.
-func (s *Server) fail(w http.ResponseWriter, code int, typ, msg, param string) {
-	s.metrics.requests.WithLabelValues("", strconv.Itoa(code)).Inc()
-	writeError(w, code, typ, msg, param)
-}
-
-func writeError(w http.ResponseWriter, code int, typ, msg, param string) {
-	type apiError struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    int     `json:"code"`
-	}
-	e := apiError{Message: msg, Type: typ, Code: code}
-	if param != "" {
-		e.Param = &param
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]apiError{"error": e})
-}
-
-// readBody reads the request body up to limit, sized from Content-Length when the client gave
-// one (io.ReadAll would grow and copy a 500 KB body several times).
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	if r.ContentLength <= 0 || r.ContentLength > limit {
-		return io.ReadAll(rd)
-	}
-	buf := make([]byte, r.ContentLength+1) // +1 to see EOF without growing
-	n, err := io.ReadFull(rd, buf)
-	switch err {
-	case io.ErrUnexpectedEOF, io.EOF:
-		return buf[:n], nil
-	case nil:
-		// More than Content-Length: the server would have cut it; read on to report it.
-		rest, err := io.ReadAll(rd)
-		return append(buf[:n], rest...), err
-	}
-	return nil, err
 }

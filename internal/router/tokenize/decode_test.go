@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 package tokenize
 
 import (
@@ -18,8 +34,11 @@ func TestDecodeResponse(t *testing.T) {
 		{`{"count":3,"max_model_len":4096,"tokens":[1,22,4294967295],"token_strs":null}`, 3, []uint32{1, 22, 4294967295}},
 		{` { "tokens" : [ 0 , 5 ] , "count" : 2 , "extra": {"a":[1,{"b":"c\"d"}]} } `, 2, []uint32{0, 5}},
 		{`{"count":0,"tokens":[]}`, 0, []uint32{}},
-		// Declined by the fast path, still valid JSON: decoded by encoding/json.
+		// Escaped keys name the same members.
 		{`{"count":1,"tokens":[7],"tok\u0065n_strs":["x"]}`, 1, []uint32{7}},
+		{`{"c\u006funt":1,"tok\u0065ns":[7]}`, 1, []uint32{7}},
+		// Declined by the fast path, still valid JSON: decoded by encoding/json.
+		{`{"Count":2,"TOKENS":[7,8],"tokens":null}`, 2, nil},
 	}
 	for _, c := range cases {
 		r, err := decodeResponse([]byte(c.in))
@@ -28,10 +47,18 @@ func TestDecodeResponse(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{``, `{`, `{"tokens":[1,]}`, `{"tokens":[-1]}`, `{"tokens":[4294967296]}`,
-		`{"tokens":[1.5]}`, `{"tokens":"x"}`, `{"tokens":[1]} x`, `[1,2]`, `{"tokens":[01]}`} {
+		`{"tokens":[1.5]}`, `{"tokens":"x"}`, `{"tokens":[1]} x`, `[1,2]`, `{"tokens":[01]}`, `{"count":01}`, `{"count":-}`} {
 		if r, err := decodeResponse([]byte(bad)); err == nil {
 			t.Errorf("%q accepted: %+v", bad, r)
 		}
+	}
+}
+
+// Escaped keys are unescaped before they are matched, so they keep the fast path.
+func TestFastDecodeEscapedKeys(t *testing.T) {
+	r, err := fastDecode([]byte(`{"c\u006funt":1,"tok\u0065ns":[7],"x\ty":{}}`))
+	if err != nil || r.Count != 1 || !slices.Equal(r.Tokens, []uint32{7}) {
+		t.Fatalf("%+v %v", r, err)
 	}
 }
 
@@ -52,17 +79,6 @@ func FuzzDecodeResponse(f *testing.F) {
 			t.Fatalf("fast path accepted what encoding/json rejects: %v", serr)
 		}
 	})
-}
-
-func TestParseIDs(t *testing.T) {
-	if ids, ok := ParseIDs([]byte(" [1, 2,3] ")); !ok || !slices.Equal(ids, []uint32{1, 2, 3}) {
-		t.Fatalf("%v %v", ids, ok)
-	}
-	for _, bad := range []string{`[[1,2]]`, `[1,"a"]`, `"text"`, `[1] [2]`, `[-3]`} {
-		if _, ok := ParseIDs([]byte(bad)); ok {
-			t.Errorf("%s accepted", bad)
-		}
-	}
 }
 
 // Long arrays take the 8-bytes-at-a-time path (short ones the byte loop): ids of every digit
