@@ -85,6 +85,7 @@ func (g graph) deps(pkg string) map[string]bool {
 // pureCores are the packages that must stay plain Go: they decode, index and decide, and are
 // reused by kvbench and by any future caller without a Kubernetes client in tow.
 var pureCores = []string{
+	"internal/router/jsonscan",
 	"internal/router/kvevents",
 	"internal/router/kvindex",
 	"internal/router/policy",
@@ -283,6 +284,54 @@ func TestInternalHasOneFolderPerProgram(t *testing.T) {
 	}
 }
 
+// Every Go file carries the licence header of hack/boilerplate.go.txt (after a build constraint,
+// where there is one), as controller-gen writes it into generated code.
+func TestGoFilesCarryTheLicenceHeader(t *testing.T) {
+	root := repoRoot(t)
+	header, err := os.ReadFile(filepath.Join(root, "hack", "boilerplate.go.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(header))
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "bin", "out", "testdata", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		text := string(src)
+		for strings.HasPrefix(text, "//go:build") || strings.HasPrefix(text, "// +build") {
+			_, text, _ = strings.Cut(text, "\n")
+			text = strings.TrimLeft(text, "\n")
+		}
+		if !strings.HasPrefix(text, want) {
+			rel, _ := filepath.Rel(root, path)
+			t.Errorf("%s does not start with the licence header of hack/boilerplate.go.txt", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("only %d Go files found under %s", checked, root)
+	}
+}
+
 // The rules must be able to fail: each case adds one forbidden edge to a clean graph.
 func TestViolationsCatchForbiddenImports(t *testing.T) {
 	p := func(rel string) string { return module + "/" + rel }
@@ -293,6 +342,8 @@ func TestViolationsCatchForbiddenImports(t *testing.T) {
 		p("internal/router/policyinput"):    {p("internal/router/kvindex")},
 		p("internal/router/kvindex"):        {p("internal/router/kvevents")},
 		p("internal/router/kvevents"):       {"encoding/binary"},
+		p("internal/router/jsonscan"):       {"fmt"},
+		"fmt":                               {},
 		p("cmd/manager"):                    {p("internal/operator/controller")},
 		p("internal/operator/controller"):   {p("internal/routerapi"), "sigs.k8s.io/controller-runtime"},
 		p("internal/sim/server"):            {p("internal/apikey"), p("internal/sim/engine")},

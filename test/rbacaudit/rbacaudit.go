@@ -1,3 +1,19 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 // Package rbacaudit checks RBAC rules against what a client really does. It turns on the audit
 // log of an envtest kube-apiserver, reads back the requests a user made, and compares them with
 // the permissions the user's rules grant: a permission no request used is a candidate for
