@@ -72,8 +72,11 @@ stop_pid() {
 	wait "$1" 2>/dev/null || true
 }
 
+# Admission control is off: the demo compares where requests are routed, and round-robin's
+# queues would otherwise be shed (429) and leave it fewer, easier requests to be timed on.
 run_policy() { # policy label port
-	"$BIN/router" --port "$3" --host 127.0.0.1 --endpoints-file "$OUT/endpoints.yaml" --block-size 16 \
+	"$BIN/router" --port "$3" --host 127.0.0.1 --admin-addr "127.0.0.1:$(($3 + 100))" \
+		--endpoints-file "$OUT/endpoints.yaml" --block-size 16 --admission=false \
 		--policy "$1" --log-level warn >>"$OUT/router-$2.log" 2>&1 &
 	local rp=$!
 	pids+=("$rp")

@@ -288,8 +288,9 @@ type RouterSpec struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// APIKeySecret makes the router require "Authorization: Bearer <key>" on the OpenAI API
-	// (/v1/ except /v1/status and /v1/autoscale, which the operator and KEDA read; /health,
-	// /ready and /metrics stay open too). The Secret's key holds one API key per line and is
+	// (every /v1/ path of its public port; /health and /ready stay open for the probes). The
+	// admin port (/metrics, /v1/status, /v1/autoscale) asks for no key: its NetworkPolicy admits
+	// only the operator, Prometheus and KEDA. The Secret's key holds one API key per line and is
 	// mounted as a file the router re-reads, so keys rotate without a restart: add the new key
 	// as a line, move clients to it, then remove the old one.
 	// +optional
@@ -454,9 +455,19 @@ type EndpointStatus struct {
 	Name string `json:"name"`
 	// Ready is true when the router sends it new requests.
 	Ready bool `json:"ready"`
-	// NotReadyReason says why the router does not route to it.
+	// NotReadyReason says why the router does not route to it ("discovery", "connect-failures",
+	// "scrape-failures", "suspect", "probation").
 	// +optional
 	NotReadyReason string `json:"notReadyReason,omitempty"`
+	// Suspect is set while the router holds the endpoint out of routing as unresponsive: it
+	// accepted requests and then sent nothing ("ttfb-timeout", "stream-stall"), or failed
+	// several in a row ("consecutive-failures (...)"). The router probes it (GET /health) and
+	// sends it traffic again once it answers.
+	// +optional
+	Suspect string `json:"suspect,omitempty"`
+	// SuspectSince is when the router took it out of routing.
+	// +optional
+	SuspectSince *metav1.Time `json:"suspectSince,omitempty"`
 	// HitRate is the engine's own prefix-cache hit rate over the window ("" without queries).
 	// +optional
 	HitRate string `json:"hitRate,omitempty"`

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kvrouter/kvrouter/internal/operator/controller"
@@ -63,18 +65,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 type managerConfig struct {
 	kubeconfig        string
 	metricsAddr       string
+	metricsSecure     bool
+	metricsCertDir    string
 	probeAddr         string
 	leaderElect       bool
 	leaderElectionID  string
 	leaderElectionNS  string
 	images            *imageFlags
 	platform          *platformFlags
+	access            *adminAccessFlags
 	watchNamespaces   []string
 	labelAllowList    []string
 	labelAllowListSet bool
 	recheckInterval   time.Duration
 	statusInterval    time.Duration
 	zap               zap.Options
+	// renderOptions holds what the flags set of render.Options besides images and platform.
+	renderOptions render.Options
 }
 
 func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
@@ -86,13 +93,16 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty: in-cluster config, then $KUBECONFIG, then ~/.kube/config")
-	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8443", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.BoolVar(&c.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS to authenticated callers allowed to get /metrics (TokenReview and SubjectAccessReview); false: plain HTTP to anyone")
+	fs.StringVar(&c.metricsCertDir, "metrics-cert-dir", "", "directory holding tls.crt and tls.key for the metrics endpoint (e.g. a cert-manager Secret); empty: a self-signed certificate made at start")
 	fs.StringVar(&c.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	fs.StringVar(&c.leaderElectionID, "leader-election-id", "kvrouter-operator.serving.kvrouter.dev", "name of the leader election Lease")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader election Lease; empty: the manager's own namespace")
 	c.images = bindImageFlags(fs)
 	c.platform = bindPlatformFlags(fs, platformAuto)
+	c.access = bindAdminAccessFlags(fs)
 	// OLM puts the OperatorGroup's target namespaces in WATCH_NAMESPACE (config/manager maps the
 	// olm.targetNamespaces annotation onto it): empty for AllNamespaces, so one default serves
 	// both kustomize and OLM installs.
@@ -124,6 +134,11 @@ func parseFlags(args []string, stderr io.Writer) (*managerConfig, error) {
 		}
 	}
 	if err := c.platform.validate(true); err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, err
+	}
+	c.renderOptions = render.Options{LabelAllowList: c.labelAllowList}
+	if err := c.access.apply(fs, &c.renderOptions); err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, err
 	}
@@ -181,7 +196,7 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: c.metricsAddr},
+		Metrics:                 metricsOptions(c),
 		HealthProbeBindAddress:  c.probeAddr,
 		LeaderElection:          c.leaderElect,
 		LeaderElectionID:        c.leaderElectionID,
@@ -198,7 +213,7 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		Client:             mgr.GetClient(),
 		Scheme:             mgr.GetScheme(),
 		Recorder:           mgr.GetEventRecorder("kvrouter-operator"),
-		RenderOptions:      render.Options{RouterImage: c.images.router, SimulatorImage: c.images.simulator, LabelAllowList: c.labelAllowList},
+		RenderOptions:      c.routerRenderOptions(),
 		StatusPollInterval: c.statusInterval,
 		RecheckInterval:    c.recheckInterval,
 	}
@@ -226,6 +241,36 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// The metrics endpoint authenticates each scraper's bearer token with a TokenReview and asks a
+// SubjectAccessReview whether it may get the non-resource URL /metrics
+// (filters.WithAuthenticationAndAuthorization); the kvrouter-metrics-reader ClusterRole grants
+// that to scrapers.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions is the manager's metrics server: HTTPS for callers the API server vouches for,
+// unless --metrics-secure=false.
+func metricsOptions(c *managerConfig) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: c.metricsAddr}
+	if !c.metricsSecure {
+		return o
+	}
+	o.SecureServing = true
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	o.CertDir = c.metricsCertDir
+	// HTTP/1.1 only: Prometheus needs nothing more, and HTTP/2's stream reset and cancellation
+	// floods (CVE-2023-44487, CVE-2023-39325) are then not this server's to handle.
+	o.TLSOpts = []func(*tls.Config){func(t *tls.Config) { t.NextProtos = []string{"http/1.1"} }}
+	return o
+}
+
+// routerRenderOptions are the render options of the flags, platform aside (set at start).
+func (c *managerConfig) routerRenderOptions() render.Options {
+	o := c.renderOptions
+	o.RouterImage, o.SimulatorImage = c.images.router, c.images.simulator
+	return o
 }
 
 // imageFlags are the images of the pods the operator renders besides vLLM's: --router-image and

@@ -23,13 +23,15 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kvrouter/kvrouter/internal/operator/controller"
 	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
 // clearImageEnv unsets every variable an image flag defaults from.
 func clearImageEnv(t *testing.T) {
-	for _, v := range []string{"RELATED_IMAGE_ROUTER", "RELATED_IMAGE_SIMULATOR", "KVROUTER_IMAGE", "WATCH_NAMESPACE"} {
+	for _, v := range []string{"RELATED_IMAGE_ROUTER", "RELATED_IMAGE_SIMULATOR", "KVROUTER_IMAGE", "WATCH_NAMESPACE", "POD_NAMESPACE"} {
 		t.Setenv(v, "")
 	}
 }
@@ -40,8 +42,16 @@ func TestParseFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.metricsAddr != ":8080" || c.probeAddr != ":8081" || c.leaderElect {
+	if c.metricsAddr != ":8443" || !c.metricsSecure || c.metricsCertDir != "" || c.probeAddr != ":8081" || c.leaderElect {
 		t.Errorf("defaults = %+v", c)
+	}
+	if m := metricsOptions(c); !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" {
+		t.Errorf("metrics server %+v, want HTTPS with authentication and authorization on :8443", m)
+	}
+	// Render's defaults: the selectors stay nil, the namespace is the pod's, else the install's.
+	if o := c.routerRenderOptions(); o.MonitoringNamespaces != nil || o.AutoscalerNamespaces != nil ||
+		(o.OperatorNamespace != render.DefaultOperatorNamespace && o.OperatorNamespace != ownNamespace()) {
+		t.Errorf("render options %+v", o)
 	}
 	if c.images.router != render.DefaultRouterImage || c.images.simulator != render.DefaultSimulatorImage {
 		t.Errorf("images = %+v, want the release images", *c.images)
@@ -193,6 +203,38 @@ func TestRenderImageFlags(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), "image: "+tc.wantRouter+"\n") || !strings.Contains(out.String(), "image: "+tc.wantSim+"\n") {
 			t.Errorf("manager render %q: want router image %s and simulator image %s in the output", tc.args, tc.wantRouter, tc.wantSim)
+		}
+	}
+}
+
+func TestMetricsAndAdminAccessFlags(t *testing.T) {
+	clearImageEnv(t)
+	t.Setenv("POD_NAMESPACE", "operators")
+	c, err := parseFlags([]string{"--metrics-secure=false", "--metrics-bind-address", ":8080",
+		"--monitoring-namespace-selector", "team=observability", "--autoscaler-namespace-selector", "kubernetes.io/metadata.name in (scalers)"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := metricsOptions(c); m.SecureServing || m.FilterProvider != nil || m.BindAddress != ":8080" {
+		t.Errorf("--metrics-secure=false: %+v, want plain HTTP", m)
+	}
+	o := c.routerRenderOptions()
+	if o.OperatorNamespace != "operators" {
+		t.Errorf("operator namespace %q, want $POD_NAMESPACE", o.OperatorNamespace)
+	}
+	if got := metav1.FormatLabelSelector(o.MonitoringNamespaces); got != "team=observability" {
+		t.Errorf("monitoring namespaces %s", got)
+	}
+	if got := metav1.FormatLabelSelector(o.AutoscalerNamespaces); got != "kubernetes.io/metadata.name in (scalers)" {
+		t.Errorf("autoscaler namespaces %s", got)
+	}
+	for _, bad := range [][]string{
+		{"--monitoring-namespace-selector", ""}, // every namespace
+		{"--autoscaler-namespace-selector", "a in b"},
+	} {
+		var stderr bytes.Buffer
+		if _, err := parseFlags(bad, &stderr); err == nil || stderr.Len() == 0 {
+			t.Errorf("%q accepted (%v)", bad, err)
 		}
 	}
 }

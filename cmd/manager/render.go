@@ -43,6 +43,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("f", "", `KVRouter manifest to render (YAML, one or more documents); "-" reads stdin`)
 	images := bindImageFlags(fs)
 	platform := bindPlatformFlags(fs, platformKubernetes)
+	access := bindAdminAccessFlags(fs)
 	namespace := fs.String("namespace", "default", "namespace of KVRouters whose manifest names none")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: manager render -f FILE [--router-image IMG] [--simulator-image IMG] [--namespace NS] [--platform kubernetes|openshift]\n\n"+
@@ -66,6 +67,10 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if _, err := platform.apply(&opts, nil); err != nil {
+		fmt.Fprintf(stderr, "manager render: %v\n", err)
+		return 2
+	}
+	if err := access.apply(fs, &opts); err != nil {
 		fmt.Fprintf(stderr, "manager render: %v\n", err)
 		return 2
 	}

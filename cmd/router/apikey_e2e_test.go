@@ -128,10 +128,20 @@ func TestE2EAPIKeys(t *testing.T) {
 		}
 	}
 
-	By("probes, metrics, the status the operator reads and KEDA's signal need no key")
-	for _, path := range []string{"/health", "/ready", "/metrics", "/v1/status", "/v1/autoscale"} {
+	By("probes need no key; metrics, the status the operator reads and KEDA's signal are on the admin port only, with no key")
+	for _, path := range []string{"/health", "/ready"} {
 		if code, _ := send(t, http.MethodGet, r.URL+path, "", ""); code != http.StatusOK {
 			t.Fatalf("GET %s without a key: %d", path, code)
+		}
+	}
+	for _, path := range []string{"/health", "/ready", "/metrics", "/v1/status", "/v1/autoscale"} {
+		if code, _ := send(t, http.MethodGet, r.AdminURL+path, "", ""); code != http.StatusOK {
+			t.Fatalf("admin GET %s without a key: %d", path, code)
+		}
+	}
+	for _, path := range []string{"/metrics", "/v1/status", "/v1/autoscale"} {
+		if code, _ := send(t, http.MethodGet, r.URL+path, "", "Bearer "+routerKey); code != http.StatusNotFound {
+			t.Fatalf("public GET %s with the router key: %d, want 404", path, code)
 		}
 	}
 

@@ -181,7 +181,7 @@ func TestE2EChatCompletionsAndStreaming(t *testing.T) {
 	if st.Router.TokenizeFailures != 0 || st.Router.PromptTokens == 0 {
 		t.Fatalf("router %+v", st.Router)
 	}
-	if m, _ := http.Get(r.URL + "/metrics"); m != nil {
+	if m, _ := http.Get(r.AdminURL + "/metrics"); m != nil {
 		b, _ := io.ReadAll(m.Body)
 		m.Body.Close()
 		if !strings.Contains(string(b), "kvrouter_routing_decisions_total") {

@@ -48,6 +48,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/discovery"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/kvstream"
@@ -68,10 +69,26 @@ type options struct {
 	streamIdle, headerTimeout                           time.Duration
 	readHeaderTimeout, bodyReadTimeout                  time.Duration
 	noEvents                                            bool
-	pprofAddr                                           string
+	pprofAddr, adminAddr                                string
 	indexMaxKeys                                        int
 	predictTTL, predictHold                             time.Duration
 	apiKeyFile, engineAPIKeyFile                        string
+	kvMaxFrameBytes                                     int64
+	readyReplayTimeout                                  time.Duration
+
+	// Hung engines: the TTFB watchdog and outlier ejection (proxy: watchdog.go, outlier.go).
+	ttfbFactor                float64
+	ttfbFloor, ttfbCap        time.Duration
+	outlierFailures           int
+	ejectionBase, ejectionMax time.Duration
+
+	// Admission control (package admission).
+	admission                                 bool
+	admissionTTFTBound                        time.Duration
+	admissionQueueCap, admissionFleetQueueCap int
+	admissionEngineCapacity                   int
+	admissionBatchFraction                    float64
+	admissionTailHeadroom                     float64
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -95,21 +112,40 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.reportMode, "kv-cache-report-mode", "", `set to "full" to inject vllm_xargs.kv_cache_report_mode=full into requests`)
 	fs.Int64Var(&o.maxBody, "max-body-bytes", 16<<20, "largest accepted request body")
 	fs.IntVar(&o.maxInFlight, "max-inflight-per-endpoint", 0, "admission limit per endpoint (0: none); beyond it on every endpoint: 503")
+	fs.BoolVar(&o.admission, "admission", true, "shed requests beyond the admission bounds with a fast 429 and Retry-After instead of queueing them in the engines (docs/router.md#admission-control)")
+	fs.DurationVar(&o.admissionTTFTBound, "admission-ttft-bound", admission.DefaultTTFTBound, "admit a request while its predicted time to first token on the chosen engine, queue included, is within this (0: no TTFT bound, queue caps only)")
+	fs.IntVar(&o.admissionQueueCap, "admission-queue-cap", 0, "static cap on each engine's requests waiting for a first token, enforced always (0: the engine's batch capacity, while its TTFT model is uncalibrated)")
+	fs.IntVar(&o.admissionFleetQueueCap, "admission-fleet-queue-cap", 0, "cap on the ready engines' waiting requests together (0: the sum of their batch capacities; -1: none)")
+	fs.IntVar(&o.admissionEngineCapacity, "admission-engine-capacity", 0, "requests an engine runs at once, its --max-num-seqs (0: 256, vLLM's default); raised to the most an engine is seen running")
+	// 0.7: at 3x saturation, predictions held to the bound itself let the admitted requests'
+	// TTFT p99 run ~1.25x the bound, held to 0.8 of it ~1.07x on a loaded machine; 0.7 kept the
+	// p99 within the bound at the same throughput (docs/reliability.md, Overload).
+	fs.Float64Var(&o.admissionTailHeadroom, "admission-tail-headroom", 0.7, "hold predicted TTFTs to this fraction of --admission-ttft-bound, so that the slowest admitted requests (p99), not the typical one, stay within it")
+	fs.Float64Var(&o.admissionBatchFraction, "admission-batch-fraction", admission.DefaultBatchFraction, "requests with "+proxy.PriorityHeader+": batch are admitted only within this fraction of every bound, so they are shed first")
 	fs.Float64Var(&o.saturationFactor, "saturation-factor", 1.5, "prefix holder is saturated above this multiple of the best predicted TTFT")
 	fs.Float64Var(&o.targetTTFT, "target-ttft", 0, "optional TTFT target in seconds: a holder predicted above it is released to any faster endpoint")
 	fs.DurationVar(&o.scrapeInterval, "scrape-interval", time.Second, "interval of engine /metrics scrapes")
 	fs.DurationVar(&o.tokenizeTimeout, "tokenize-timeout", 2*time.Second, "timeout of one /tokenize call")
+	fs.Float64Var(&o.ttfbFactor, "ttfb-watchdog-factor", 4, "a request with no first byte within this multiple of its predicted time to first token (within floor and cap) has its engine ejected if the engine sent nothing to anyone meanwhile, and moves to the next-best engine (0: watchdog off)")
+	fs.DurationVar(&o.ttfbFloor, "ttfb-watchdog-floor", 2*time.Second, "shortest TTFB watchdog deadline; also how long a started stream's engine may be silent before its stall is priced")
+	fs.DurationVar(&o.ttfbCap, "ttfb-watchdog-cap", time.Minute, "longest TTFB watchdog deadline (a whole, non-streamed answer adds its expected decode time)")
+	fs.IntVar(&o.outlierFailures, "outlier-consecutive-failures", 5, "eject an engine after this many failures in a row after it accepted the request (reset before the answer, stream cut, /tokenize timeout; 0: never)")
+	fs.DurationVar(&o.ejectionBase, "outlier-ejection-base", 2*time.Second, "an ejected engine stays out this long, doubled for each ejection soon after the last, and then until GET /health answers")
+	fs.DurationVar(&o.ejectionMax, "outlier-ejection-max", time.Minute, "longest ejection time before the engine is probed")
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 5*time.Minute, "abort an engine response silent for this long")
 	fs.DurationVar(&o.headerTimeout, "upstream-header-timeout", 10*time.Minute, "wait for an engine's response headers (non-streaming answers arrive whole)")
 	fs.DurationVar(&o.readHeaderTimeout, "read-header-timeout", 10*time.Second, "close a client connection whose request headers take longer (slowloris)")
 	fs.DurationVar(&o.bodyReadTimeout, "body-read-timeout", time.Minute, "answer 408 to a request whose body takes longer to arrive")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	fs.BoolVar(&o.noEvents, "no-kv-events", false, "do not subscribe to KV events (route by load only)")
+	fs.Int64Var(&o.kvMaxFrameBytes, "kv-events-max-frame-bytes", kvstream.DefaultMaxFrameBytes, "largest ZMQ frame (and message) an engine's KV-event or replay connection may send; a larger one drops that connection and marks the source partial")
+	fs.DurationVar(&o.readyReplayTimeout, "ready-replay-timeout", 20*time.Second, "at start, /ready waits this long at most for the KV-event catch-up replay, so that a restarted router takes no traffic with an empty index (0: do not wait)")
 	fs.IntVar(&o.indexMaxKeys, "index-max-keys", 0, "cap on distinct prefix blocks in the index (0: the index's default)")
 	fs.DurationVar(&o.predictTTL, "predict-ttl", 2*time.Second, "lifetime of predicted index entries once their request has started")
 	fs.DurationVar(&o.predictHold, "predict-hold", 10*time.Minute, "longest a request's predicted index entries live while it waits for its first token")
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file of the API keys clients must send as Authorization: Bearer <key> on /v1/ (one per line; re-read every second, so a rotated Secret applies without a restart); empty: no key required")
 	fs.StringVar(&o.engineAPIKeyFile, "engine-api-key-file", "", "file holding the engines' API key (vLLM --api-key), sent to them in place of the client's Authorization; empty: the client's Authorization is passed through, unless --api-key-file is set")
+	fs.StringVar(&o.adminAddr, "admin-addr", ":9090", "serve /metrics, /v1/status and /v1/autoscale (for Prometheus, the operator and KEDA; no client key) on this address, never on --port; off when empty")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof and the index dump /debug/kvindex on this address (e.g. 127.0.0.1:6060); off when empty")
 	if err := fs.Parse(args); err != nil {
@@ -144,6 +180,22 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.blockSize <= 0 {
 		return nil, fmt.Errorf("--block-size %d: must be positive", o.blockSize)
+	}
+	if o.ttfbFactor < 0 || o.ttfbFloor <= 0 || o.ttfbCap < o.ttfbFloor || o.outlierFailures < 0 ||
+		o.ejectionBase <= 0 || o.ejectionMax < o.ejectionBase {
+		return nil, errors.New("--ttfb-watchdog-factor and --outlier-consecutive-failures must not be negative; --ttfb-watchdog-floor and --outlier-ejection-base must be positive, and the cap and max at least as long")
+	}
+	if o.admissionTTFTBound < 0 || o.admissionQueueCap < 0 || o.admissionFleetQueueCap < -1 || o.admissionEngineCapacity < 0 {
+		return nil, errors.New("--admission-ttft-bound, --admission-queue-cap and --admission-engine-capacity must not be negative; --admission-fleet-queue-cap is -1 or more")
+	}
+	if !(o.admissionTailHeadroom > 0 && o.admissionTailHeadroom <= 1) {
+		return nil, fmt.Errorf("--admission-tail-headroom %v: want more than 0 and at most 1", o.admissionTailHeadroom)
+	}
+	if !(o.admissionBatchFraction > 0 && o.admissionBatchFraction <= 1) {
+		return nil, fmt.Errorf("--admission-batch-fraction %v: want more than 0 and at most 1", o.admissionBatchFraction)
+	}
+	if o.kvMaxFrameBytes <= 0 || o.kvMaxFrameBytes > 1<<40 {
+		return nil, fmt.Errorf("--kv-events-max-frame-bytes %d: must be within 1 and 2^40", o.kvMaxFrameBytes)
 	}
 	return o, nil
 }
@@ -220,7 +272,7 @@ func run(ctx context.Context, o *options) error {
 	var streams *kvstream.Manager
 	if !o.noEvents {
 		index = kvindex.New(kvindex.Config{BlockSize: o.blockSize, MaxKeys: o.indexMaxKeys, PredictTTL: o.predictTTL, PredictHold: o.predictHold})
-		streams = kvstream.NewManager(index, kvstream.Config{Logger: log.WithName("kvstream")})
+		streams = kvstream.NewManager(index, kvstream.Config{Logger: log.WithName("kvstream"), MaxFrameBytes: o.kvMaxFrameBytes})
 		for _, c := range []any{index, streams} {
 			if c, ok := c.(prometheus.Collector); ok {
 				reg.MustRegister(c)
@@ -239,10 +291,24 @@ func run(ctx context.Context, o *options) error {
 		ReportModeFull: o.reportMode == "full", UpstreamHeaderTimeout: o.headerTimeout,
 		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout, BodyReadTimeout: o.bodyReadTimeout,
 	}
+	cfg.TTFBWatchdogFactor, cfg.TTFBWatchdogFloor, cfg.TTFBWatchdogCap = o.ttfbFactor, o.ttfbFloor, o.ttfbCap
+	if o.ttfbFactor == 0 {
+		cfg.TTFBWatchdogFactor = -1 // off (0 is the default in proxy.Config)
+	}
+	cfg.OutlierConsecutiveFailures, cfg.OutlierEjectionBase, cfg.OutlierEjectionMax = o.outlierFailures, o.ejectionBase, o.ejectionMax
+	if o.outlierFailures == 0 {
+		cfg.OutlierConsecutiveFailures = -1
+	}
+	cfg.DisableAdmission, cfg.Admission = !o.admission, admissionConfig(o)
 	var srvIndex proxy.Index
 	var srvStreams proxy.StreamStatus
 	if index != nil {
 		srvIndex, srvStreams = index, streams
+	}
+	var gate *replayGate
+	if streams != nil && o.readyReplayTimeout > 0 {
+		gate = newReplayGate(streams, o.readyReplayTimeout, log.WithName("ready"), reg)
+		cfg.ReadyGate = gate.ready
 	}
 	srv := proxy.New(cfg, log.WithName("proxy"), srvIndex, srvStreams, tracker, reg)
 
@@ -295,6 +361,9 @@ func run(ctx context.Context, o *options) error {
 			}
 		}()
 	}
+	if gate != nil {
+		go gate.run(ctx)
+	}
 	scraper := &loadsignal.Scraper{Tracker: tracker, Client: srv.HTTPClient(), Targets: srv.ScrapeTargets,
 		Interval: o.scrapeInterval}
 	go scraper.Run(ctx)
@@ -322,10 +391,34 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	hs := &http.Server{
-		Handler:           srv.Handler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+		Handler:           srv.Handler(),
 		ReadHeaderTimeout: o.readHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: streams last minutes; the idle timer guards silent ones.
+	}
+	var admin *http.Server
+	if o.adminAddr != "" {
+		// Its own listener rather than paths on the public port, so that whatever exposes the
+		// public port (a Gateway, a Service) cannot expose these too, and a NetworkPolicy can
+		// open this port to its readers alone.
+		aln, err := net.Listen("tcp", o.adminAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen %s (--admin-addr): %w", o.adminAddr, err)
+		}
+		admin = &http.Server{
+			Handler:           srv.AdminHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+			ReadHeaderTimeout: o.readHeaderTimeout,
+			IdleTimeout:       2 * time.Minute,
+			// Its answers are small documents written at once.
+			WriteTimeout: time.Minute,
+		}
+		go func() {
+			if err := admin.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("admin listener: %w", err)
+			}
+		}()
+		log.Info("admin listening", "addr", aln.Addr().String())
 	}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -339,20 +432,37 @@ func run(ctx context.Context, o *options) error {
 	case <-ctx.Done():
 	case err := <-errc:
 		cancel()
-		shutdown(hs, o.shutdownGrace, log)
+		shutdown(hs, admin, o.shutdownGrace, log)
 		return err
 	}
-	shutdown(hs, o.shutdownGrace, log)
+	shutdown(hs, admin, o.shutdownGrace, log)
 	return nil
 }
 
-func shutdown(hs *http.Server, grace time.Duration, log logr.Logger) {
+// admissionConfig maps the flags, whose 0 means "off" for the TTFT bound, onto admission.Config,
+// whose 0 means its default.
+func admissionConfig(o *options) admission.Config {
+	c := admission.Config{TTFTBound: o.admissionTTFTBound, QueueCap: o.admissionQueueCap,
+		FleetQueueCap: o.admissionFleetQueueCap, EngineCapacity: o.admissionEngineCapacity,
+		BatchFraction: o.admissionBatchFraction, TailHeadroom: o.admissionTailHeadroom}
+	if c.TTFTBound == 0 {
+		c.TTFTBound = -1
+	}
+	return c
+}
+
+// shutdown lets in-flight requests finish within grace. The admin listener (may be nil) stays up
+// until they have, so that metrics and status can still be read while the router drains.
+func shutdown(hs, admin *http.Server, grace time.Duration, log logr.Logger) {
 	log.Info("shutting down; letting in-flight requests finish", "grace", grace.String())
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Error(err, "in-flight requests cut at the end of the grace period")
 		_ = hs.Close()
+	}
+	if admin != nil {
+		_ = admin.Close()
 	}
 }
 

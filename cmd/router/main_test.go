@@ -27,13 +27,13 @@ func TestOperatorCommandLine(t *testing.T) {
 	args := strings.Fields("--port 8080 --discovery kubernetes --namespace team-a " +
 		"--selector app.kubernetes.io/component=engine,serving.kvrouter.dev/kvrouter=llama " +
 		"--engine-port 8000 --kv-events-port 5557 --kv-replay-port 5558 --block-size 32 --policy Auto " +
-		"--model llama --session-header X-Session-Id")
+		"--model llama --session-header X-Session-Id --admin-addr :9090")
 	o, err := parseFlags(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.discovery != "kubernetes" || o.namespace != "team-a" || o.blockSize != 32 || o.policy != "Auto" ||
-		o.model != "llama" || o.sessionHeader != "X-Session-Id" || o.enginePort != 8000 || o.port != 8080 {
+		o.model != "llama" || o.sessionHeader != "X-Session-Id" || o.enginePort != 8000 || o.port != 8080 || o.adminAddr != ":9090" {
 		t.Fatalf("%+v", o)
 	}
 }
@@ -43,7 +43,7 @@ func TestLaptopCommandLineAndDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.discovery != "file" || o.blockSize != 16 || o.policy != "Auto" || o.model != "" {
+	if o.discovery != "file" || o.blockSize != 16 || o.policy != "Auto" || o.model != "" || o.adminAddr != ":9090" {
 		t.Fatalf("%+v", o)
 	}
 	for _, bad := range [][]string{

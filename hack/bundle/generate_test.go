@@ -27,6 +27,7 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 )
 
@@ -276,11 +277,12 @@ func TestSplitRulesByScope(t *testing.T) {
 	}
 }
 
-// What the CSV installs from config/: the manager Deployment; its RBAC as permissions only (every
-// rule of the manager's ClusterRole is on namespaced resources, so OLM scopes it to the
-// OperatorGroup's namespaces); the leader-election Role with it. The aggregated editor and viewer
-// ClusterRoles and the metrics Service are bundle files without a namespace; the Namespace, the
-// ServiceAccount and the bindings are OLM's to create.
+// What the CSV installs from config/: the manager Deployment; its RBAC as permissions (OLM scopes
+// them to the OperatorGroup's namespaces), except the TokenReview and SubjectAccessReview creates
+// of the metrics endpoint, which are cluster-scoped; the leader-election Role with it. The
+// aggregated editor and viewer ClusterRoles, the metrics-reader ClusterRole for scrapers and the
+// metrics Service are bundle files without a namespace; the Namespace, the ServiceAccount and the
+// bindings are OLM's to create.
 func TestInstallStrategyFromConfig(t *testing.T) {
 	fs, err := generate(repoRoot+"/config", "")
 	if err != nil {
@@ -291,8 +293,13 @@ func TestInstallStrategyFromConfig(t *testing.T) {
 	if len(st.DeploymentSpecs) != 1 || st.DeploymentSpecs[0].Name != "kvrouter-manager" {
 		t.Fatalf("deployments %v", st.DeploymentSpecs)
 	}
-	if len(st.ClusterPermissions) != 0 {
-		t.Errorf("clusterPermissions %v, want none", st.ClusterPermissions)
+	wantCluster := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	if len(st.ClusterPermissions) != 1 || st.ClusterPermissions[0].ServiceAccountName != "kvrouter-manager" ||
+		!equality.Semantic.DeepEqual(st.ClusterPermissions[0].Rules, wantCluster) {
+		t.Errorf("clusterPermissions %v, want the metrics endpoint's reviews only: %v", st.ClusterPermissions, wantCluster)
 	}
 	if len(st.Permissions) != 1 || st.Permissions[0].ServiceAccountName != "kvrouter-manager" {
 		t.Fatalf("permissions %v", st.Permissions)
@@ -323,6 +330,7 @@ func TestInstallStrategyFromConfig(t *testing.T) {
 	want := []string{
 		"kvrouter-editor_rbac.authorization.k8s.io_v1_clusterrole.yaml",
 		"kvrouter-manager-metrics_v1_service.yaml",
+		"kvrouter-metrics-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml",
 		"kvrouter-operator.clusterserviceversion.yaml",
 		"kvrouter-viewer_rbac.authorization.k8s.io_v1_clusterrole.yaml",
 		"serving.kvrouter.dev_kvrouters.yaml",

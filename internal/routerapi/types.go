@@ -42,6 +42,31 @@ type Status struct {
 	Degradations []Degradation `json:"degradations"`
 	// Index describes the prefix index (absent when the router runs without one).
 	Index *IndexStats `json:"index,omitempty"`
+	// Admission is the admission control's bounds and what it shed (absent when it is off).
+	Admission *Admission `json:"admission,omitempty"`
+}
+
+// Admission is the state of the router's admission control (docs/router.md#admission-control).
+type Admission struct {
+	// TTFTBoundSeconds is the predicted time to first token past which interactive requests
+	// are shed (0: no TTFT bound); batch requests get BatchFraction of every bound.
+	TTFTBoundSeconds float64 `json:"ttftBoundSeconds"`
+	BatchFraction    float64 `json:"batchFraction"`
+	// QueueCap is the static cap on each engine's queued requests (0: the engine's batch
+	// capacity, while its TTFT model is uncalibrated). FleetQueueCap is the cap on the ready
+	// engines' queued requests together now (0: none), FleetQueued what they hold.
+	QueueCap      int `json:"queueCap"`
+	FleetQueueCap int `json:"fleetQueueCap"`
+	FleetQueued   int `json:"fleetQueued"`
+	// Shed counts the requests answered 429 since the router started, by "reason/priority"
+	// (reason: ttft, queue, fleet-queue; priority: interactive, batch).
+	Shed map[string]uint64 `json:"shed"`
+	// RecentShed is the decaying count of shed requests (30 s time constant) that
+	// /v1/autoscale adds to the waiting requests.
+	RecentShed float64 `json:"recentShed"`
+	// CompletionsPerSecond is the recent rate of requests leaving the engines, which prices
+	// Retry-After for the queue caps.
+	CompletionsPerSecond float64 `json:"completionsPerSecond"`
 }
 
 // Endpoint is one engine (or one data-parallel rank of one).
@@ -50,8 +75,14 @@ type Endpoint struct {
 	URL   string `json:"url"`
 	Rank  int    `json:"rank"`
 	Ready bool   `json:"ready"`
-	// NotReadyReason says why Ready is false ("discovery", "connect-failures", "scrape-failures").
+	// NotReadyReason says why Ready is false ("discovery", "connect-failures", "scrape-failures",
+	// "suspect").
 	NotReadyReason string `json:"notReadyReason,omitempty"`
+	// Suspect is present while the router holds the endpoint out of routing as unresponsive
+	// (it stays Ready only when every endpoint is suspect).
+	Suspect *Suspect `json:"suspect,omitempty"`
+	// Ejections counts the times the router took the endpoint out of routing as unresponsive.
+	Ejections uint64 `json:"ejections,omitempty"`
 	// Router-local load.
 	InFlight            int `json:"inFlight"`
 	QueuedPrefillTokens int `json:"queuedPrefillTokens"`
@@ -66,6 +97,19 @@ type Endpoint struct {
 	// Events is the health of the endpoint's KV-event stream(s); absent when the endpoint
 	// publishes no events.
 	Events *EventHealth `json:"events,omitempty"`
+}
+
+// Suspect is an endpoint's ejection as unresponsive.
+type Suspect struct {
+	// Reason is why: "ttfb-timeout" (a request had no first byte by its deadline while the
+	// endpoint sent nothing to anyone), "stream-stall" (its streams all went silent), or
+	// "consecutive-failures (...)" (connections reset after the request was sent, streams cut,
+	// /tokenize timeouts, that many in a row).
+	Reason string `json:"reason"`
+	// Since is when it was ejected; ProbeAfter when the router starts probing it (GET /health)
+	// to bring it back: the ejection lasts at least until then, and until a probe answers.
+	Since      time.Time `json:"since"`
+	ProbeAfter time.Time `json:"probeAfter"`
 }
 
 // EngineMetrics is one engine's scrape.
@@ -185,8 +229,13 @@ type IndexStats struct {
 // Autoscale is GET /v1/autoscale, read by KEDA's metrics-api trigger.
 type Autoscale struct {
 	// WaitingRequests is the requests queued in the engines (scraped num_requests_waiting,
-	// summed) plus those queued in the router (the router does not queue: 0).
+	// summed) plus ShedRequests: the demand admission control turned away is demand the fleet
+	// lacks capacity for, and an autoscaler reading the engines' capped queues alone would not
+	// see it. (The router itself does not queue.)
 	WaitingRequests int `json:"waitingRequests"`
+	// ShedRequests is this replica's decaying count of requests shed with 429 (30 s time
+	// constant: at a steady shed rate r it reads r × 30 s).
+	ShedRequests int `json:"shedRequests"`
 	// TokensInFlight is prompt plus expected output tokens of this replica's requests in flight.
 	TokensInFlight int `json:"tokensInFlight"`
 	// Endpoints is the number of ready endpoints.

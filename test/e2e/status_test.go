@@ -17,6 +17,7 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -135,6 +136,15 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 	if w := st.Router.Window; w == nil || w.PromptTokens != st.Router.PromptTokens || w.PromptTokens == 0 ||
 		math.Abs(w.RoutedHitRate-st.Router.RoutedHitRate) > 1e-9 {
 		t.Errorf("router window %+v, lifetime %v prompt tokens at %v", w, st.Router.PromptTokens, st.Router.RoutedHitRate)
+	}
+
+	// The operator's own client reads the document on the router's admin port, where the status
+	// poller reads it; the public port does not serve it.
+	if fetched, err := routerstatus.Fetch(context.Background(), nil, router.AdminURL, 0); err != nil || fetched.Router.PromptTokens != st.Router.PromptTokens {
+		t.Errorf("the operator's read on the admin port: %v (%+v)", err, fetched)
+	}
+	if _, err := routerstatus.Fetch(context.Background(), nil, router.URL, 0); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Errorf("the operator's read on the public port: %v, want HTTP 404", err)
 	}
 
 	// What the operator writes onto the KVRouter.

@@ -209,7 +209,8 @@ type Engine struct {
 }
 
 // StartEngine runs one simulated engine (Llama-3.1-8B's tokenizer, block size 16, sha256_cbor)
-// with KV events and replay on free loopback ports, and waits until it is healthy. timeScale is
+// with KV events and replay on free loopback ports and its /sim/* routes on, and waits until it
+// is healthy. timeScale is
 // simulated seconds per wall second (< 1 slows it down); extra adds vllm-sim flags.
 func StartEngine(t *testing.T, name, timeScale string, extra ...string) *Engine {
 	t.Helper()
@@ -228,7 +229,9 @@ func StartEngineKV(t *testing.T, name, timeScale, kvExtra string, extra ...strin
 	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"%s","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@%s@m"%s}`, events, rp, name, kvExtra)
 	args := append([]string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
 		"--host", "127.0.0.1", "--port", fmt.Sprint(hp), "--block-size", "16",
-		"--prefix-caching-hash-algo", "sha256_cbor", "--kv-events-config", kv, "--time-scale", timeScale}, extra...)
+		"--prefix-caching-hash-algo", "sha256_cbor", "--kv-events-config", kv, "--time-scale", timeScale,
+		// The tests read each engine's cache (GET /sim/cache), inject faults and reset caches.
+		"--enable-sim-api"}, extra...)
 	e := &Engine{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", hp),
 		Events: events, Replay: fmt.Sprintf("tcp://127.0.0.1:%d", rp), Proc: Start(t, "vllm-sim", args...)}
 	WaitOK(t, e.URL+"/health")
@@ -288,23 +291,28 @@ func WriteEndpoints(t *testing.T, engines []*Engine, notReady ...string) string 
 
 // Router is a running router with file discovery on loopback.
 type Router struct {
+	// URL is the public listener (--port): inference, /v1/models and the probes.
 	URL string
+	// AdminURL is the admin listener (--admin-addr): /metrics, /v1/status and /v1/autoscale.
+	AdminURL string
 	// DebugURL is the router's debug listener (--pprof-addr): /debug/pprof and /debug/kvindex.
 	DebugURL string
 	Proc     *Proc
 }
 
 // StartRouter runs the router on endpointsFile (scraping every 200ms unless args say otherwise)
-// with its debug listener on another loopback port, and waits until it is healthy; args add
-// router flags.
+// with its admin and debug listeners on other loopback ports, and waits until it is healthy;
+// args add router flags.
 func StartRouter(t *testing.T, endpointsFile string, args ...string) *Router {
 	t.Helper()
-	port, debug := FreePort(t), FreePort(t)
+	port, admin, debug := FreePort(t), FreePort(t), FreePort(t)
 	all := append([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--endpoints-file", endpointsFile,
-		"--scrape-interval", "200ms", "--pprof-addr", fmt.Sprintf("127.0.0.1:%d", debug)}, args...)
-	r := &Router{URL: fmt.Sprintf("http://127.0.0.1:%d", port), DebugURL: fmt.Sprintf("http://127.0.0.1:%d", debug),
-		Proc: Start(t, "router", all...)}
+		"--scrape-interval", "200ms", "--admin-addr", fmt.Sprintf("127.0.0.1:%d", admin),
+		"--pprof-addr", fmt.Sprintf("127.0.0.1:%d", debug)}, args...)
+	r := &Router{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", admin),
+		DebugURL: fmt.Sprintf("http://127.0.0.1:%d", debug), Proc: Start(t, "router", all...)}
 	WaitOK(t, r.URL+"/health")
+	WaitOK(t, r.AdminURL+"/health")
 	return r
 }
 
@@ -317,6 +325,7 @@ func (r *Router) Restart(t *testing.T, grace time.Duration) time.Duration {
 	r.Proc.Stop(grace)
 	r.Proc = Start(t, "router", r.Proc.Args...)
 	WaitOK(t, r.URL+"/health")
+	WaitOK(t, r.AdminURL+"/health")
 	return time.Since(start)
 }
 
@@ -339,10 +348,10 @@ func WaitOK(t *testing.T, url string) {
 	}
 }
 
-// Status reads the router's /v1/status.
+// Status reads the router's /v1/status (on its admin listener).
 func (r *Router) Status(t *testing.T) routerapi.Status {
 	t.Helper()
-	resp, err := http.Get(r.URL + "/v1/status")
+	resp, err := http.Get(r.AdminURL + "/v1/status")
 	if err != nil {
 		t.Fatal(err)
 	}

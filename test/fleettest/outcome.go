@@ -83,6 +83,8 @@ type Result struct {
 	Endpoint string
 	Start    time.Time
 	Latency  time.Duration
+	// TTFT is the time to a stream's first data event (0 for whole answers and errors).
+	TTFT time.Duration
 	// From the answer's usage, when it has one.
 	PromptTokens, CachedTokens int
 }
@@ -223,6 +225,9 @@ func classifyStream(res *Result, resp *http.Response, req Request, ctx context.C
 		line := sc.Text()
 		if !strings.HasPrefix(line, "data:") {
 			continue // blank separators, comments
+		}
+		if res.TTFT == 0 {
+			res.TTFT = time.Since(res.Start)
 		}
 		data := strings.TrimSpace(strings.TrimPrefix(line, "data:"))
 		if data == "[DONE]" {

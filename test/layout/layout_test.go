@@ -85,6 +85,7 @@ func (g graph) deps(pkg string) map[string]bool {
 // pureCores are the packages that must stay plain Go: they decode, index and decide, and are
 // reused by kvbench and by any future caller without a Kubernetes client in tow.
 var pureCores = []string{
+	"internal/router/admission",
 	"internal/router/jsonscan",
 	"internal/router/kvevents",
 	"internal/router/kvindex",
@@ -337,8 +338,9 @@ func TestViolationsCatchForbiddenImports(t *testing.T) {
 	p := func(rel string) string { return module + "/" + rel }
 	clean := graph{
 		p("cmd/router"):                     {p("internal/router/proxy")},
-		p("internal/router/proxy"):          {p("internal/router/policy"), p("internal/routerapi"), p("internal/apikey"), "net/http"},
+		p("internal/router/proxy"):          {p("internal/router/policy"), p("internal/router/admission"), p("internal/routerapi"), p("internal/apikey"), "net/http"},
 		p("internal/router/policy"):         {"math"},
+		p("internal/router/admission"):      {"time"},
 		p("internal/router/policyinput"):    {p("internal/router/kvindex")},
 		p("internal/router/kvindex"):        {p("internal/router/kvevents")},
 		p("internal/router/kvevents"):       {"encoding/binary"},
@@ -376,6 +378,7 @@ func TestViolationsCatchForbiddenImports(t *testing.T) {
 		{"simulator knows the router", "internal/sim/server", "internal/router/kvevents", "the simulator stands in for vLLM"},
 		{"index imports Kubernetes", "internal/router/kvindex", "sigs.k8s.io/controller-runtime", "stay free of Kubernetes"},
 		{"policy imports Kubernetes through a dependency", "internal/router/policy", "internal/operator/controller", "stay free of Kubernetes"},
+		{"admission control imports Kubernetes", "internal/router/admission", "k8s.io/client-go", "stay free of Kubernetes"},
 		{"shared package depends on a program", "internal/routerapi", "internal/router/policy", "must depend on no program"},
 		{"API types depend on the operator", "api/v1alpha1", "internal/operator/controller", "must depend on no program"},
 		{"a program ships a test harness", "internal/router/proxy", "test/fleettest", "test harnesses must not ship"},

@@ -28,8 +28,11 @@ import (
 // The router restarted under load (SIGTERM, then a new process on the same port): requests in
 // flight finish during the graceful shutdown, requests sent while the port is closed are
 // refused (never accepted, so the client resends them), and the new router rebuilds its index
-// from the engines' replay buffers. The test reports how long the engines' hit rate takes to
-// come back to within 0.05 of its steady state before the restart.
+// from the engines' replay buffers before its /ready says it takes traffic: when /ready first
+// answers 200, every engine's catch-up replay has been applied. Counted from then (when a
+// Service would start sending it traffic), the hit rate of the first second is within 0.02 of
+// the steady state before the restart. The test also reports how long the hit rate takes to come
+// back to within 0.05 of it.
 func TestRouterRestartUnderLoad(t *testing.T) {
 	fleettest.NeedBinaries(t)
 	es := fleet(t, 3, "1")
@@ -50,14 +53,32 @@ func TestRouterRestartUnderLoad(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	restartAt := time.Now()
 	down := r.Restart(t, 15*time.Second)
+	healthy := time.Now()
+	// The first 200 of /ready, and what the index held at that moment.
+	fleettest.WaitOK(t, r.URL+"/ready")
 	up := time.Now()
+	atReady := r.Status(t)
+	var caughtUp int
+	for _, e := range atReady.Endpoints {
+		if e.Events != nil && e.Events.Replays+e.Events.ReplayFailures > 0 {
+			caughtUp++
+		}
+	}
+	if caughtUp != 3 || atReady.Index == nil || atReady.Index.Entries == 0 {
+		t.Errorf("/ready answered 200 before the catch-up replay: %d of 3 sources replayed, index %+v", caughtUp, atReady.Index)
+	}
 	r.WaitConnected(t, 3)
 	time.Sleep(5 * time.Second)
 	tally := load.Stop()
 	tally.AssertNoneLost(t)
+	// A connection still in the listening socket's accept queue when the signal closes it was
+	// sent before restartAt but never reached the router; on a loaded machine (-race, other
+	// builds) the queue holds a few tens of milliseconds of arrivals, so the window opens a
+	// little before the signal. Unanswered requests from before that remain a failure.
+	const acceptQueueSlack = 250 * time.Millisecond
 	for _, at := range tally.Unanswered() {
-		if at.Before(restartAt) || at.After(up) {
-			t.Errorf("a request sent at %v, outside the restart (%v to %v), got no answer", at, restartAt, up)
+		if at.Before(restartAt.Add(-acceptQueueSlack)) || at.After(healthy) {
+			t.Errorf("a request sent at %v, outside the restart (%v to %v), got no answer", at, restartAt, healthy)
 		}
 	}
 
@@ -84,8 +105,12 @@ func TestRouterRestartUnderLoad(t *testing.T) {
 	if recovered < 0 {
 		t.Errorf("hit rate did not recover to %.3f within 5 s of the restart (after: %.3f)", steady-0.05, hitRate(rs, up, time.Now()))
 	}
+	first := hitRate(rs, up, up.Add(time.Second))
+	if first < steady-0.02 {
+		t.Errorf("hit rate in the first second after /ready %.3f, steady %.3f: the index was not rebuilt before traffic", first, steady)
+	}
 	cs := fleettest.CheckConsistent(t, r, es)
 	report(t, tally, consistencyString(cs), fmt.Sprintf(
-		"SIGTERM to new router healthy %v; steady hit rate %.3f; first 1 s after restart %.3f; back within 0.05 after %v (500 ms windows); catch-up replays %d",
-		down.Round(time.Millisecond), steady, hitRate(rs, up, up.Add(time.Second)), recovered, replayed))
+		"SIGTERM to new router healthy %v, ready %v later; steady hit rate %.3f; first 1 s after ready %.3f (between healthy and ready %.3f); back within 0.05 after %v (500 ms windows); catch-up replays %d",
+		down.Round(time.Millisecond), up.Sub(healthy).Round(time.Millisecond), steady, first, hitRate(rs, healthy, up), recovered, replayed))
 }

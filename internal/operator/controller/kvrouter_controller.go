@@ -104,9 +104,9 @@ type KVRouterReconciler struct {
 	// RecheckInterval overrides DefaultRecheckInterval (tests shorten it).
 	RecheckInterval time.Duration
 
-	// RouterURL returns the base URL of a KVRouter's router HTTP API, which the operator reads
-	// /v1/status from. Nil: the router Service (render.RouterServiceURL). Tests point it at a
-	// stub, since envtest has no Service networking.
+	// RouterURL returns the base URL of a KVRouter's router admin API, which the operator reads
+	// /v1/status from. Nil: the router Service's admin port (render.RouterAdminURL). Tests point
+	// it at a stub, since envtest has no Service networking.
 	RouterURL func(*v1alpha1.KVRouter) string
 	// HTTPClient reads the router's status. Nil: http.DefaultClient.
 	HTTPClient *http.Client

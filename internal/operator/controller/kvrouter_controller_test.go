@@ -98,10 +98,10 @@ var _ = Describe("KVRouter reconciler", func() {
 			g.Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal("qwen3-32b-router"))
 		}).Should(Succeed())
 
-		By("the router's Service, identity, RBAC, PDB and the engines' NetworkPolicy exist")
+		By("the router's Service, identity, RBAC, PDB and the engines' and the router's NetworkPolicies exist")
 		Eventually(func(g Gomega) {
 			svc := child(g, k8sClient, kvr, "qwen3-32b-router", &corev1.Service{})
-			g.Expect(svc.Spec.Ports).To(ContainElement(HaveField("Port", BeEquivalentTo(8080))))
+			g.Expect(svc.Spec.Ports).To(ContainElements(HaveField("Port", BeEquivalentTo(8080)), HaveField("Port", BeEquivalentTo(9090))))
 			child(g, k8sClient, kvr, "qwen3-32b-router", &corev1.ServiceAccount{})
 			role := child(g, k8sClient, kvr, "qwen3-32b-router", &rbacv1.Role{})
 			g.Expect(role.Rules).To(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}))
@@ -114,6 +114,11 @@ var _ = Describe("KVRouter reconciler", func() {
 			g.Expect(kvIngress.Ports).To(ContainElement(HaveField("Port.IntVal", BeEquivalentTo(5557))))
 			g.Expect(kvIngress.From).To(ConsistOf(HaveField("PodSelector.MatchLabels",
 				HaveKeyWithValue(render.LabelComponent, render.ComponentRouter))))
+			rnp := child(g, k8sClient, kvr, render.RouterNetworkPolicyName(kvr), &networkingv1.NetworkPolicy{})
+			g.Expect(rnp.Spec.PodSelector.MatchLabels).To(HaveKeyWithValue(render.LabelComponent, render.ComponentRouter))
+			g.Expect(rnp.Spec.Ingress).To(ContainElement(And(
+				HaveField("Ports", ConsistOf(HaveField("Port.IntVal", BeEquivalentTo(render.RouterAdminPort)))),
+				HaveField("From", Not(BeEmpty())))))
 		}).Should(Succeed())
 
 		By("the HTTPRoute attaches the router Service to the spec's Gateway without timeouts")
@@ -126,6 +131,7 @@ var _ = Describe("KVRouter reconciler", func() {
 			g.Expect(route.Spec.Rules).To(HaveLen(1))
 			g.Expect(route.Spec.Rules[0].BackendRefs).To(ConsistOf(HaveField("Name", gwapiv1.ObjectName("qwen3-32b-router"))))
 			g.Expect(route.Spec.Rules[0].Timeouts.Request).To(HaveValue(BeEquivalentTo("0s")))
+			g.Expect(route.Spec.Rules[0].Matches).To(HaveLen(len(render.PublicPaths)))
 		}).Should(Succeed())
 
 		By("the ScaledObject scales the engine Deployment between the spec's bounds")

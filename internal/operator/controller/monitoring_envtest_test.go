@@ -47,7 +47,7 @@ var _ = Describe("KVRouter monitoring", func() {
 			g.Expect(sel).To(HaveKeyWithValue(render.LabelComponent, render.ComponentRouter))
 			eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 			g.Expect(eps).To(ConsistOf(And(
-				HaveKeyWithValue("port", render.PortNameHTTP),
+				HaveKeyWithValue("port", render.PortNameAdmin),
 				HaveKeyWithValue("interval", "15s"),
 				HaveKeyWithValue("relabelings", ContainElement(HaveKeyWithValue("targetLabel", render.MetricsLabelKVRouter))),
 			)))

@@ -159,6 +159,14 @@ func rendersBlockOwnerDeletion() bool {
 
 var finalizersUpdate = rbacaudit.Permission{Group: v1alpha1.GroupVersion.Group, Resource: "kvrouters/finalizers", Verb: "update"}
 
+// metricsReviews are what the manager's metrics endpoint creates to check each scraper, outside
+// the controller this suite runs; cmd/manager's TestEnvtestManagerSecureMetrics audits that the
+// manager uses both and is refused nothing.
+var metricsReviews = map[rbacaudit.Permission]bool{
+	{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"}:        true,
+	{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"}: true,
+}
+
 // neededWithoutRequest says why the operator needs p although none of its requests uses it, and
 // checks that the reason holds; ok is false when there is no such reason. used holds the
 // permissions the operator's requests used, informersList whether its informers were seen to
@@ -171,6 +179,8 @@ func neededWithoutRequest(p rbacaudit.Permission, used map[rbacaudit.Permission]
 		return "the operator watches it, and its informers list where the API server serves no watch-list (Kubernetes 1.33 and earlier; shown by this suite's bare control plane)", true
 	case rbacaudit.Grants(routerRoleRules(), p):
 		return "the router's Role grants it, and the API server lets only a user who holds a permission grant it (RBAC escalation check)", true
+	case metricsReviews[p]:
+		return "the manager's metrics endpoint authenticates and authorizes each scraper with it (cmd/manager's TestEnvtestManagerSecureMetrics shows the requests)", true
 	case p == finalizersUpdate && ownerRefsEnforced && rendersBlockOwnerDeletion():
 		return "every child's ownerReference sets blockOwnerDeletion, which " + ownerRefsPlugin + " allows only with this permission (shown by a spec of this suite)", true
 	}

@@ -130,13 +130,13 @@ func (r *KVRouterReconciler) pollInterval() time.Duration {
 	return DefaultStatusPollInterval
 }
 
-// routerBaseURL is where the router's HTTP API is reached: the router Service unless tests (or
-// an operator running outside the cluster) say otherwise.
+// routerBaseURL is where the router's /v1/status is reached: the router Service's admin port
+// unless tests (or an operator running outside the cluster) say otherwise.
 func (r *KVRouterReconciler) routerBaseURL(kvr *v1alpha1.KVRouter) string {
 	if r.RouterURL != nil {
 		return r.RouterURL(kvr)
 	}
-	return render.RouterServiceURL(kvr)
+	return render.RouterAdminURL(kvr)
 }
 
 func (r *KVRouterReconciler) thresholds() routerstatus.Thresholds {

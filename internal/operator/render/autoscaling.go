@@ -55,7 +55,7 @@ const (
 )
 
 // scaledObject scales the engine workload on waiting requests per replica. The signal comes from
-// the router's /v1/autoscale (requests queued in engines and router) unless
+// the router's /v1/autoscale on its admin port (requests queued in engines and router) unless
 // spec.autoscaling.prometheus points at a Prometheus that scrapes the engines.
 func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
 	a := kvr.Spec.Autoscaling
@@ -83,7 +83,7 @@ func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructur
 			"name":       autoscaleMetricName,
 			"metricType": metricTypeAverageValue,
 			"metadata": map[string]any{
-				"url":           RouterServiceURL(kvr) + autoscalePath,
+				"url":           RouterAdminURL(kvr) + autoscalePath,
 				"format":        "json",
 				"valueLocation": autoscaleValueLocation,
 				"targetValue":   target,

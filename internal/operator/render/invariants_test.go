@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -179,6 +180,11 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 			}
 		case *gwapiv1.HTTPRoute:
 			for _, r := range w.Spec.Rules {
+				for _, p := range adminPaths {
+					if routeMatchesPath(r, p) {
+						add("%s routes %s, which only the router's admin port may serve", id, p)
+					}
+				}
 				for _, b := range r.BackendRefs {
 					if string(b.Name) != service.Name || b.Port == nil || !slices.ContainsFunc(service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *b.Port }) {
 						add("%s: backendRef %s:%v is not a port of Service %s", id, b.Name, b.Port, service.Name)
@@ -188,6 +194,25 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 		case *unstructured.Unstructured:
 			out = append(out, unstructuredViolations(t, kvr, w, service, servers, workers)...)
 		}
+	}
+
+	// The router's public port is open to all, its admin port to the operator and not to a
+	// stranger.
+	routerDst := podOf("router", kvr.Namespace, router)
+	operator := pod{name: "the operator", namespace: render.DefaultOperatorNamespace, labels: render.OperatorPodLabels,
+		nsLabels: map[string]string{corev1.LabelMetadataName: render.DefaultOperatorNamespace}}
+	if opts.OperatorNamespace != "" {
+		operator.namespace, operator.nsLabels[corev1.LabelMetadataName] = opts.OperatorNamespace, opts.OperatorNamespace
+	}
+	strangerNS := map[string]string{corev1.LabelMetadataName: kvr.Namespace}
+	if !ingressAllowed(t, policies, pod{name: "stranger", namespace: kvr.Namespace, nsLabels: strangerNS}, routerDst, render.RouterPort) {
+		add("NetworkPolicy: the router's public port is closed to clients")
+	}
+	if ingressAllowed(t, policies, pod{name: "stranger", namespace: kvr.Namespace, nsLabels: strangerNS}, routerDst, render.RouterAdminPort) {
+		add("NetworkPolicy: the router's admin port is open to any pod")
+	}
+	if !ingressAllowed(t, policies, operator, routerDst, render.RouterAdminPort) {
+		add("NetworkPolicy: the router's admin port is closed to the operator")
 	}
 
 	// KV events leave the engines for this KVRouter's router pods only.
@@ -244,6 +269,9 @@ func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructure
 			if !slices.ContainsFunc(service.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == p }) {
 				out = append(out, fmt.Sprintf("%s scrapes port %q, which Service %s lacks", id, p, service.Name))
 			}
+			if p != render.PortNameAdmin {
+				out = append(out, fmt.Sprintf("%s scrapes port %q, not the admin port that serves /metrics", id, p))
+			}
 		}
 	case render.PodMonitorKind:
 		sel := matchLabels()
@@ -268,6 +296,17 @@ func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructure
 		if ref["name"] != render.EngineWorkloadName(kvr) || ref["kind"] != render.EngineWorkloadKind(kvr) ||
 			ref["apiVersion"] != render.EngineWorkloadAPIVersion(kvr) {
 			out = append(out, fmt.Sprintf("%s: scaleTargetRef %v is not the engine workload", id, ref))
+		}
+		triggers, _, _ := unstructured.NestedSlice(u.Object, "spec", "triggers")
+		for _, tr := range triggers {
+			tm, _ := tr.(map[string]any)
+			if tm["type"] != "metrics-api" {
+				continue
+			}
+			url, _, _ := unstructured.NestedString(tm, "metadata", "url")
+			if want := render.RouterAdminURL(kvr) + "/v1/autoscale"; url != want {
+				out = append(out, fmt.Sprintf("%s: metrics-api url %q, want the admin port's %q", id, url, want))
+			}
 		}
 	default:
 		out = append(out, fmt.Sprintf("%s: unexpected unstructured kind", id))
@@ -427,4 +466,41 @@ func TestRenderedObjectsAreValid(t *testing.T) {
 			}
 		}
 	}
+}
+
+// adminPaths are what the router serves on its admin port only; no HTTPRoute may send them to it.
+var adminPaths = []string{"/metrics", "/v1/status", "/v1/autoscale"}
+
+// routeMatchesPath says whether a Gateway would send a GET of path down rule r, by Gateway API's
+// path semantics: no match at all is a PathPrefix "/"; PathPrefix matches whole segments; a
+// regular expression is taken to match anything, since its dialect is the implementation's.
+func routeMatchesPath(r gwapiv1.HTTPRouteRule, path string) bool {
+	if len(r.Matches) == 0 {
+		return true
+	}
+	for _, m := range r.Matches {
+		typ, value := gwapiv1.PathMatchPathPrefix, "/"
+		if m.Path != nil {
+			if m.Path.Type != nil {
+				typ = *m.Path.Type
+			}
+			if m.Path.Value != nil {
+				value = *m.Path.Value
+			}
+		}
+		switch typ {
+		case gwapiv1.PathMatchExact:
+			if path == value {
+				return true
+			}
+		case gwapiv1.PathMatchPathPrefix:
+			prefix := strings.TrimSuffix(value, "/")
+			if prefix == "" || path == prefix || strings.HasPrefix(path, prefix+"/") {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }

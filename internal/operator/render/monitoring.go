@@ -38,10 +38,10 @@ const (
 	MetricsLabelKVRouter = "kvrouter"
 )
 
-// serviceMonitor scrapes the router through its Service (kvrouter_* metrics on the API port).
+// serviceMonitor scrapes the router through its Service (kvrouter_* metrics on the admin port).
 func serviceMonitor(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
 	return monitor(kvr, opts, ServiceMonitorKind, ServiceMonitorName(kvr), NameRouter, ComponentRouter, "endpoints",
-		selectorLabels(kvr, NameRouter, ComponentRouter))
+		PortNameAdmin, selectorLabels(kvr, NameRouter, ComponentRouter))
 }
 
 // podMonitor scrapes the engines' vllm:* metrics from the pods: the router finds engines by
@@ -49,13 +49,13 @@ func serviceMonitor(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstruct
 // (single-node pods, multi-node leaders): headless workers serve no HTTP.
 func podMonitor(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
 	return monitor(kvr, opts, PodMonitorKind, PodMonitorName(kvr), NameEngine, ComponentEngine, "podMetricsEndpoints",
-		selectorLabels(kvr, NameEngine, ComponentEngine))
+		PortNameHTTP, selectorLabels(kvr, NameEngine, ComponentEngine))
 }
 
-func monitor(kvr *v1alpha1.KVRouter, opts Options, kind, name, appName, component, endpointsField string, sel map[string]string) *unstructured.Unstructured {
+func monitor(kvr *v1alpha1.KVRouter, opts Options, kind, name, appName, component, endpointsField, port string, sel map[string]string) *unstructured.Unstructured {
 	m := kvr.Spec.Monitoring
 	endpoint := map[string]any{
-		"port": PortNameHTTP,
+		"port": port,
 		"path": metricsPath,
 		// A constant label rather than one copied from a pod or Service label: the monitor
 		// belongs to one KVRouter, and the value survives any relabelling of the

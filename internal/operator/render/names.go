@@ -25,11 +25,16 @@ import (
 
 // Fixed ports of the contract between the operator, the engines and the router.
 const (
-	EnginePort       = 8000
-	KVEventsPort     = 5557
-	KVReplayPort     = 5558
-	RouterPort       = 8080
+	EnginePort   = 8000
+	KVEventsPort = 5557
+	KVReplayPort = 5558
+	// RouterPort is the router's public port: inference, /v1/models and the kubelet's probes.
+	RouterPort = 8080
+	// RouterAdminPort serves the router's /metrics, /v1/status and /v1/autoscale, for
+	// Prometheus, the operator and KEDA only (see routerNetworkPolicy).
+	RouterAdminPort  = 9090
 	PortNameHTTP     = "http"
+	PortNameAdmin    = "admin"
 	PortNameKVEvents = "kv-events"
 	PortNameKVReplay = "kv-replay"
 )
@@ -69,6 +74,9 @@ func ScaledObjectName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engin
 // NetworkPolicyName names the NetworkPolicy that guards the engines' ports.
 func NetworkPolicyName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
 
+// RouterNetworkPolicyName names the NetworkPolicy that guards the router's admin port.
+func RouterNetworkPolicyName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-router" }
+
 // ServiceMonitorName names the ServiceMonitor that scrapes the router.
 func ServiceMonitorName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-router" }
 
@@ -86,6 +94,12 @@ func ServedName(kvr *v1alpha1.KVRouter) string {
 // RouterServiceURL is the in-cluster URL of the router Service.
 func RouterServiceURL(kvr *v1alpha1.KVRouter) string {
 	return fmt.Sprintf("http://%s.%s.svc:%d", RouterName(kvr), kvr.Namespace, RouterPort)
+}
+
+// RouterAdminURL is the in-cluster URL of the router Service's admin port, where the operator
+// reads /v1/status and KEDA /v1/autoscale.
+func RouterAdminURL(kvr *v1alpha1.KVRouter) string {
+	return fmt.Sprintf("http://%s.%s.svc:%d", RouterName(kvr), kvr.Namespace, RouterAdminPort)
 }
 
 // URL is where clients send requests, for status.url: the first exact hostname of the HTTPRoute

@@ -17,6 +17,8 @@ limitations under the License.
 package render
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +64,41 @@ func engineNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 			PodSelector: *enginePods,
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress:     rules,
+		},
+	}
+}
+
+// routerNetworkPolicy keeps the router's admin port (metrics, /v1/status, /v1/autoscale: endpoint
+// names and addresses, load and cache figures) to its readers: the operator's pods, the
+// monitoring namespaces and, when the ScaledObject reads /v1/autoscale, KEDA's. The public port
+// stays open to every source, as without a policy: clients, Gateways and the kubelet's probes.
+// Selecting the router pods closes every other port, of which they have none.
+func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.NetworkPolicy {
+	tcp := corev1.ProtocolTCP
+	port := func(p int) networkingv1.NetworkPolicyPort {
+		v := intstr.FromInt(p)
+		return networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &v}
+	}
+	readers := []networkingv1.NetworkPolicyPeer{
+		{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: opts.operatorNamespace()}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(OperatorPodLabels)},
+		},
+		{NamespaceSelector: opts.monitoringNamespaces()},
+	}
+	if a := kvr.Spec.Autoscaling; a != nil && a.Prometheus == nil {
+		readers = append(readers, networkingv1.NetworkPolicyPeer{NamespaceSelector: opts.autoscalerNamespaces()})
+	}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: childMeta(kvr, opts, RouterNetworkPolicyName(kvr), NameRouter, ComponentRouter),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(kvr, NameRouter, ComponentRouter)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{Ports: []networkingv1.NetworkPolicyPort{port(RouterPort)}},
+				{Ports: []networkingv1.NetworkPolicyPort{port(RouterAdminPort)}, From: readers},
+			},
 		},
 	}
 }

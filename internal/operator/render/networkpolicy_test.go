@@ -309,3 +309,68 @@ func ptrPort(n int) *intstr.IntOrString {
 }
 
 func ptrInt32(n int32) *int32 { return &n }
+
+// TestNetworkPolicyRouterAdminPort evaluates the rendered policies for the router pods: the
+// public port is open to everyone; the admin port (metrics, /v1/status, /v1/autoscale) only to
+// the operator's pods in the operator's namespace, to the monitoring namespaces and, when the
+// ScaledObject reads /v1/autoscale, to KEDA's namespaces; Options replace those defaults.
+func TestNetworkPolicyRouterAdminPort(t *testing.T) {
+	inNS := func(name, ns string, l map[string]string) pod {
+		return pod{name: name, namespace: ns, labels: l, nsLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
+	custom := render.Options{
+		OperatorNamespace:    "ops",
+		MonitoringNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "observability"}},
+		AutoscalerNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "autoscalers"}},
+	}
+	observability := inNS("prometheus in a labelled namespace", "obs", map[string]string{"app": "prometheus"})
+	observability.nsLabels["team"] = "observability"
+	for _, c := range []struct {
+		name string
+		kvr  *v1alpha1.KVRouter
+		opts render.Options
+		// admin: the sources that may reach the admin port, by name.
+		admin []string
+	}{
+		{"defaults", wrappers.MakeKVRouter("m", "ns").Obj(), render.Options{},
+			[]string{"operator", "prometheus", "openshift platform prometheus", "openshift user-workload prometheus"}},
+		{"metrics-api autoscaling", wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Obj(), render.Options{},
+			[]string{"operator", "prometheus", "openshift platform prometheus", "openshift user-workload prometheus", "keda", "openshift keda"}},
+		{"custom readers", wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Obj(), custom,
+			[]string{"operator in ops", "prometheus in a labelled namespace", "autoscaler"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			objs := mustObjects(t, c.kvr, c.opts)
+			_, router := rolePods(t, c.kvr, objs)
+			policies := networkPolicies(objs)
+			sources := []pod{
+				inNS("operator", render.DefaultOperatorNamespace, render.OperatorPodLabels),
+				inNS("operator in ops", "ops", render.OperatorPodLabels),
+				inNS("another pod of the operator's namespace", render.DefaultOperatorNamespace, map[string]string{"app": "x"}),
+				inNS("an operator look-alike in the KVRouter's namespace", c.kvr.Namespace, render.OperatorPodLabels),
+				inNS("prometheus", "monitoring", map[string]string{"app.kubernetes.io/name": "prometheus"}),
+				inNS("openshift platform prometheus", "openshift-monitoring", nil),
+				inNS("openshift user-workload prometheus", "openshift-user-workload-monitoring", nil),
+				observability,
+				inNS("keda", "keda", map[string]string{"app": "keda-operator"}),
+				inNS("openshift keda", "openshift-keda", nil),
+				inNS("autoscaler", "autoscalers", nil),
+				inNS("a client in the KVRouter's namespace", c.kvr.Namespace, map[string]string{"app": "chat"}),
+				inNS("a Gateway", "gateways", map[string]string{"app": "envoy"}),
+				router,
+			}
+			for _, src := range sources {
+				if !ingressAllowed(t, policies, src, router, render.RouterPort) {
+					t.Errorf("%s -> router public port: closed, want open", src.name)
+				}
+				want := slices.Contains(c.admin, src.name)
+				if got := ingressAllowed(t, policies, src, router, render.RouterAdminPort); got != want {
+					t.Errorf("%s -> router admin port: allowed=%v, want %v", src.name, got, want)
+				}
+				if ingressAllowed(t, policies, src, router, 6060) {
+					t.Errorf("%s -> router port 6060 (no such port): open", src.name)
+				}
+			}
+		})
+	}
+}

@@ -16,6 +16,11 @@ limitations under the License.
 
 package render
 
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // The release images of the router and of the simulated engine, used when Options leaves them
 // empty. The operator's Deployment normally sets both (RELATED_IMAGE_ROUTER,
 // RELATED_IMAGE_SIMULATOR), so these matter for `manager render` and local runs.
@@ -49,6 +54,69 @@ type Options struct {
 	// EngineUID is the UID of vLLM engine pods where the platform assigns none. 0:
 	// DefaultEngineUID. spec.engine.runAsUser overrides it per KVRouter.
 	EngineUID int64
+
+	// Who may reach the router's admin port (its metrics, /v1/status and /v1/autoscale) through
+	// the router's NetworkPolicy. The public port stays open to all.
+	//
+	// OperatorNamespace is the namespace of the operator's own pods (those with OperatorPodLabels),
+	// which read /v1/status. Empty: DefaultOperatorNamespace.
+	OperatorNamespace string
+	// MonitoringNamespaces selects the namespaces whose pods may scrape the router (Prometheus).
+	// Nil: DefaultMonitoringNamespaces.
+	MonitoringNamespaces *metav1.LabelSelector
+	// AutoscalerNamespaces selects the namespaces whose pods may read /v1/autoscale (KEDA's
+	// operator, which runs the metrics-api trigger). Nil: DefaultAutoscalerNamespaces.
+	AutoscalerNamespaces *metav1.LabelSelector
+}
+
+// DefaultOperatorNamespace is where config/default installs the operator.
+const DefaultOperatorNamespace = "kvrouter-system"
+
+// OperatorPodLabels are the labels of the operator's pods (config/manager, and the CSV's
+// Deployment that OLM creates from it).
+var OperatorPodLabels = map[string]string{
+	"app.kubernetes.io/name":      "kvrouter-operator",
+	"app.kubernetes.io/component": "manager",
+}
+
+// DefaultMonitoringNamespaces is where the usual Prometheus installations run: kube-prometheus
+// and most charts in "monitoring", OpenShift's platform and user-workload Prometheus in their
+// own namespaces. Namespaces are matched by the name label every namespace carries.
+func DefaultMonitoringNamespaces() *metav1.LabelSelector {
+	return namespacesNamed("monitoring", "openshift-monitoring", "openshift-user-workload-monitoring")
+}
+
+// DefaultAutoscalerNamespaces is where KEDA runs: "keda" from its chart and manifests,
+// "openshift-keda" from OpenShift's Custom Metrics Autoscaler.
+func DefaultAutoscalerNamespaces() *metav1.LabelSelector {
+	return namespacesNamed("keda", "openshift-keda")
+}
+
+func namespacesNamed(names ...string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
+	}}}
+}
+
+func (o Options) operatorNamespace() string {
+	if o.OperatorNamespace == "" {
+		return DefaultOperatorNamespace
+	}
+	return o.OperatorNamespace
+}
+
+func (o Options) monitoringNamespaces() *metav1.LabelSelector {
+	if o.MonitoringNamespaces == nil {
+		return DefaultMonitoringNamespaces()
+	}
+	return o.MonitoringNamespaces.DeepCopy()
+}
+
+func (o Options) autoscalerNamespaces() *metav1.LabelSelector {
+	if o.AutoscalerNamespaces == nil {
+		return DefaultAutoscalerNamespaces()
+	}
+	return o.AutoscalerNamespaces.DeepCopy()
 }
 
 // DefaultEngineUID is the vllm user (UID 2000, primary group 0) that the vllm/vllm-openai image

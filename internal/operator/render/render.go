@@ -60,6 +60,7 @@ func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 		engine,
 		engineNetworkPolicy(kvr, opts),
 		routerDeployment(kvr, opts),
+		routerNetworkPolicy(kvr, opts),
 		routerService(kvr, opts),
 		routerPDB(kvr, opts),
 	}

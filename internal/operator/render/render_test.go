@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
@@ -413,7 +414,7 @@ func TestRouter(t *testing.T) {
 	objs := mustObjects(t, kvr, render.Options{})
 	d := find[*appsv1.Deployment](t, objs, "m-router")
 	c := d.Spec.Template.Spec.Containers[0]
-	want := []string{"--port", "8080", "--discovery", "kubernetes", "--namespace", "ns",
+	want := []string{"--port", "8080", "--admin-addr", ":9090", "--discovery", "kubernetes", "--namespace", "ns",
 		"--selector", render.EngineSelector(kvr), "--engine-port", "8000", "--kv-events-port", "5557",
 		"--kv-replay-port", "5558", "--block-size", "64", "--policy", "DecodeBound", "--model", "m",
 		"--session-header", "X-Session"}
@@ -429,6 +430,25 @@ func TestRouter(t *testing.T) {
 	svc := find[*corev1.Service](t, objs, "m-router")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
 		t.Error("router Service does not select the router pods")
+	}
+	// The public port and the admin port (metrics, /v1/status, /v1/autoscale), on the pod and
+	// on the Service, by name.
+	wantPorts := []corev1.ContainerPort{
+		{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+		{Name: "admin", ContainerPort: 9090, Protocol: corev1.ProtocolTCP},
+	}
+	if !slices.Equal(c.Ports, wantPorts) {
+		t.Errorf("router container ports %+v, want %+v", c.Ports, wantPorts)
+	}
+	wantSvc := []corev1.ServicePort{
+		{Name: "http", Port: 8080, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
+		{Name: "admin", Port: 9090, TargetPort: intstr.FromString("admin"), Protocol: corev1.ProtocolTCP},
+	}
+	if !slices.Equal(svc.Spec.Ports, wantSvc) {
+		t.Errorf("router Service ports %+v, want %+v", svc.Spec.Ports, wantSvc)
+	}
+	if p := c.ReadinessProbe.HTTPGet.Port.StrVal; p != "http" || c.LivenessProbe.HTTPGet.Port.StrVal != "http" {
+		t.Errorf("probes on port %q and %q, want the public port", p, c.LivenessProbe.HTTPGet.Port.StrVal)
 	}
 	c2 := find[*appsv1.Deployment](t, mustObjects(t, wrappers.MakeKVRouter("m", "ns").RouterImage("my/router:1").Obj(), render.Options{RouterImage: "op/image:2"}), "m-router").Spec.Template.Spec.Containers[0]
 	if c2.Image != "my/router:1" {
@@ -448,9 +468,25 @@ func TestHTTPRoute(t *testing.T) {
 	if len(r.Spec.ParentRefs) != 1 || r.Spec.ParentRefs[0].Name != "gw" || *r.Spec.ParentRefs[0].Namespace != "infra" {
 		t.Errorf("parentRefs %+v", r.Spec.ParentRefs)
 	}
+	if len(r.Spec.Rules) != 1 {
+		t.Fatalf("%d rules, want 1", len(r.Spec.Rules))
+	}
 	rule := r.Spec.Rules[0]
 	if b := rule.BackendRefs[0]; b.Name != "m-router" || *b.Port != render.RouterPort {
 		t.Errorf("backendRef %+v", b)
+	}
+	// Exactly the inference API and the model list; a prefix match would also take in
+	// /v1/status and /v1/autoscale.
+	var paths []string
+	for _, m := range rule.Matches {
+		if m.Path == nil || m.Path.Type == nil || *m.Path.Type != gwapiv1.PathMatchExact || m.Path.Value == nil ||
+			m.Method != nil || len(m.Headers) > 0 || len(m.QueryParams) > 0 {
+			t.Fatalf("match %+v, want an exact path match only", m)
+		}
+		paths = append(paths, *m.Path.Value)
+	}
+	if want := []string{"/v1/completions", "/v1/chat/completions", "/v1/models"}; !slices.Equal(paths, want) {
+		t.Errorf("paths %q, want %q", paths, want)
 	}
 	if *rule.Timeouts.Request != "0s" || *rule.Timeouts.BackendRequest != "0s" {
 		t.Errorf("timeouts %+v", rule.Timeouts)
@@ -469,7 +505,7 @@ func TestScaledObjectTriggers(t *testing.T) {
 	trig := trigger(t, so)
 	md := trig["metadata"].(map[string]any)
 	if trig["type"] != "metrics-api" || trig["metricType"] != "AverageValue" ||
-		md["url"] != "http://m-router.ns.svc:8080/v1/autoscale" || md["valueLocation"] != "waitingRequests" || md["targetValue"] != "4" {
+		md["url"] != "http://m-router.ns.svc:9090/v1/autoscale" || md["valueLocation"] != "waitingRequests" || md["targetValue"] != "4" {
 		t.Errorf("trigger %v", trig)
 	}
 	up, _, _ := unstructured.NestedInt64(so.Object, "spec", "advanced", "horizontalPodAutoscalerConfig", "behavior", "scaleUp", "stabilizationWindowSeconds")
@@ -601,5 +637,59 @@ func TestMonitorsOnlyWithSpecMonitoring(t *testing.T) {
 	kvr := withMonitoring(wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(), v1alpha1.MonitoringSpec{})
 	if got := kinds(mustObjects(t, kvr, render.Options{})); !slices.Equal(got, []string{"ServiceMonitor m-router", "PodMonitor m-engine"}) {
 		t.Errorf("with spec.monitoring: %v", got)
+	}
+}
+
+// TestMonitorPorts: Prometheus scrapes the router on its admin port (the public port serves no
+// /metrics) and the engines on their HTTP port.
+func TestMonitorPorts(t *testing.T) {
+	kvr := withMonitoring(wrappers.MakeKVRouter("m", "ns").Obj(), v1alpha1.MonitoringSpec{})
+	want := map[string]string{render.ServiceMonitorKind: "admin", render.PodMonitorKind: "http"}
+	for _, o := range mustObjects(t, kvr, render.Options{}) {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		field := map[string]string{render.ServiceMonitorKind: "endpoints", render.PodMonitorKind: "podMetricsEndpoints"}[u.GetKind()]
+		if field == "" {
+			continue
+		}
+		eps, _, _ := unstructured.NestedSlice(u.Object, "spec", field)
+		if len(eps) != 1 {
+			t.Fatalf("%s: %d endpoints", u.GetKind(), len(eps))
+		}
+		ep := eps[0].(map[string]any)
+		if ep["port"] != want[u.GetKind()] || ep["path"] != "/metrics" {
+			t.Errorf("%s scrapes port %v path %v, want %s /metrics", u.GetKind(), ep["port"], ep["path"], want[u.GetKind()])
+		}
+		delete(want, u.GetKind())
+	}
+	if len(want) != 0 {
+		t.Errorf("not rendered: %v", want)
+	}
+}
+
+// A simulated fleet serves what vLLM serves: vllm-sim's fault and reset endpoints (/sim/*,
+// /reset_prefix_cache) stay off, because render turns on neither --enable-sim-api nor vLLM's
+// dev mode.
+func TestSimulateKeepsTheSimulatorAPIOff(t *testing.T) {
+	for _, kvr := range []*v1alpha1.KVRouter{
+		wrappers.MakeKVRouter("m", "ns").Simulate().Obj(),
+		wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Simulate().Obj(),
+	} {
+		for where, tpl := range podTemplates(mustObjects(t, kvr, render.Options{})) {
+			for _, c := range tpl.Spec.Containers {
+				for _, a := range slices.Concat(c.Command, c.Args) {
+					if strings.HasPrefix(a, "--enable-sim-api") {
+						t.Errorf("%s/%s runs with %s", where, c.Name, a)
+					}
+				}
+				for _, e := range c.Env {
+					if e.Name == "VLLM_SERVER_DEV_MODE" {
+						t.Errorf("%s/%s sets %s", where, c.Name, e.Name)
+					}
+				}
+			}
+		}
 	}
 }

@@ -24,14 +24,29 @@ import (
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 )
 
-// httpRoute attaches the router Service to the Gateways of spec.gateway. Timeouts are zero
-// (disabled): a streamed completion can run for minutes, and Envoy-based Gateways otherwise cut
-// it at their default of 15 seconds.
+// PublicPaths are the router paths the HTTPRoute sends to it: the inference API and the model
+// list, matched exactly. Everything else the router serves stays inside the cluster: the probes,
+// and the admin endpoints (/metrics, /v1/status, /v1/autoscale), which the router serves on its
+// admin port only. Exact matches rather than a /v1/ prefix, because a prefix would also match
+// /v1/status and /v1/autoscale, and Gateway API has no way to subtract paths from a prefix (its
+// regular expressions are an optional feature, and RE2 has no negative lookahead); a path the
+// router does not serve would get its 404 anyway. A new public path of the router goes here.
+var PublicPaths = []string{"/v1/completions", "/v1/chat/completions", "/v1/models"}
+
+// httpRoute attaches the router Service to the Gateways of spec.gateway, for PublicPaths only.
+// Timeouts are zero (disabled): a streamed completion can run for minutes, and Envoy-based
+// Gateways otherwise cut it at their default of 15 seconds.
 func httpRoute(kvr *v1alpha1.KVRouter, opts Options) *gwapiv1.HTTPRoute {
 	gw := kvr.Spec.Gateway
 	parents := make([]gwapiv1.ParentReference, 0, len(gw.ParentRefs))
 	for _, p := range gw.ParentRefs {
 		parents = append(parents, *p.DeepCopy())
+	}
+	matches := make([]gwapiv1.HTTPRouteMatch, 0, len(PublicPaths))
+	for _, p := range PublicPaths {
+		matches = append(matches, gwapiv1.HTTPRouteMatch{Path: &gwapiv1.HTTPPathMatch{
+			Type: ptr.To(gwapiv1.PathMatchExact), Value: ptr.To(p),
+		}})
 	}
 	noTimeout := gwapiv1.Duration("0s")
 	return &gwapiv1.HTTPRoute{
@@ -41,6 +56,7 @@ func httpRoute(kvr *v1alpha1.KVRouter, opts Options) *gwapiv1.HTTPRoute {
 			CommonRouteSpec: gwapiv1.CommonRouteSpec{ParentRefs: parents},
 			Hostnames:       append([]gwapiv1.Hostname(nil), gw.Hostnames...),
 			Rules: []gwapiv1.HTTPRouteRule{{
+				Matches: matches,
 				BackendRefs: []gwapiv1.HTTPBackendRef{{BackendRef: gwapiv1.BackendRef{
 					BackendObjectReference: gwapiv1.BackendObjectReference{
 						Name: gwapiv1.ObjectName(RouterName(kvr)),

@@ -46,6 +46,7 @@ func routerImage(kvr *v1alpha1.KVRouter, opts Options) string {
 func routerArgs(kvr *v1alpha1.KVRouter) []string {
 	args := []string{
 		"--port", strconv.Itoa(RouterPort),
+		"--admin-addr", ":" + strconv.Itoa(RouterAdminPort),
 		"--discovery", "kubernetes",
 		"--namespace", kvr.Namespace,
 		"--selector", EngineSelector(kvr),
@@ -116,11 +117,14 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 		}
 	}
 	c := corev1.Container{
-		Name:            RouterContainerName,
-		Image:           routerImage(kvr, opts),
-		Command:         []string{"/router"},
-		Args:            routerArgs(kvr),
-		Ports:           []corev1.ContainerPort{{Name: PortNameHTTP, ContainerPort: RouterPort, Protocol: corev1.ProtocolTCP}},
+		Name:    RouterContainerName,
+		Image:   routerImage(kvr, opts),
+		Command: []string{"/router"},
+		Args:    routerArgs(kvr),
+		Ports: []corev1.ContainerPort{
+			{Name: PortNameHTTP, ContainerPort: RouterPort, Protocol: corev1.ProtocolTCP},
+			{Name: PortNameAdmin, ContainerPort: RouterAdminPort, Protocol: corev1.ProtocolTCP},
+		},
 		Resources:       routerResources(kvr),
 		ReadinessProbe:  probe("/ready", 5, 3),
 		LivenessProbe:   probe("/health", 10, 3),
@@ -164,9 +168,13 @@ func routerService(kvr *v1alpha1.KVRouter, opts Options) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: selectorLabels(kvr, NameRouter, ComponentRouter),
-			Ports: []corev1.ServicePort{{
-				Name: PortNameHTTP, Port: RouterPort, TargetPort: intstr.FromString(PortNameHTTP), Protocol: corev1.ProtocolTCP,
-			}},
+			// One Service for both ports: the admin port is kept to its readers by the router's
+			// NetworkPolicy, not by being left out of the Service, so that the ServiceMonitor,
+			// KEDA and the operator reach every router replica by one name.
+			Ports: []corev1.ServicePort{
+				{Name: PortNameHTTP, Port: RouterPort, TargetPort: intstr.FromString(PortNameHTTP), Protocol: corev1.ProtocolTCP},
+				{Name: PortNameAdmin, Port: RouterAdminPort, TargetPort: intstr.FromString(PortNameAdmin), Protocol: corev1.ProtocolTCP},
+			},
 		},
 	}
 }

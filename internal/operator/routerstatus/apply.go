@@ -313,6 +313,12 @@ func endpointRows(doc *routerapi.Status, limit int) ([]v1alpha1.EndpointStatus, 
 	for _, e := range doc.Endpoints[:n] {
 		r := v1alpha1.EndpointStatus{Name: e.Name, Ready: e.Ready, NotReadyReason: e.NotReadyReason,
 			EventsHealthy: eventsProblem(e) == ""}
+		if sus := e.Suspect; sus != nil {
+			// Whole seconds, as the API server keeps it, so that an unchanged ejection compares
+			// equal to what the status already shows and causes no write.
+			since := metav1.NewTime(sus.Since.Truncate(time.Second))
+			r.Suspect, r.SuspectSince = sus.Reason, &since
+		}
 		if m := e.Engine; m != nil {
 			if m.HitRateValid {
 				r.HitRate = percent(m.HitRate)

@@ -294,3 +294,34 @@ func TestFetch(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint the router holds out of routing as unresponsive shows so on its row, and a poll
+// that finds the same ejection writes nothing new.
+func TestSuspectEndpointRow(t *testing.T) {
+	st := &v1alpha1.KVRouterStatus{}
+	d := doc(2, 0.5, 0)
+	since := time.Date(2026, 1, 1, 0, 0, 1, 700_000_000, time.UTC)
+	d.Endpoints[1].Ready, d.Endpoints[1].NotReadyReason = false, "suspect"
+	d.Endpoints[1].Suspect = &routerapi.Suspect{Reason: "ttfb-timeout", Since: since, ProbeAfter: since.Add(2 * time.Second)}
+	t0 := since.Add(time.Second)
+	Apply(st, 7, want, d, t0, &Memo{}, DefaultThresholds())
+	row := st.Endpoints[1]
+	if row.Ready || row.NotReadyReason != "suspect" || row.Suspect != "ttfb-timeout" || row.SuspectSince == nil ||
+		!row.SuspectSince.Time.Equal(since.Truncate(time.Second)) {
+		t.Fatalf("suspect row %+v", row)
+	}
+	if st.Endpoints[0].Suspect != "" || st.Endpoints[0].SuspectSince != nil {
+		t.Fatalf("healthy row %+v", st.Endpoints[0])
+	}
+	// What the API server hands back, then the next poll.
+	b, _ := json.Marshal(st)
+	var stored v1alpha1.KVRouterStatus
+	if err := json.Unmarshal(b, &stored); err != nil {
+		t.Fatal(err)
+	}
+	sample := stored.Cache.LastSampleTime.DeepCopy()
+	Apply(&stored, 7, want, d, t0.Add(30*time.Second), &Memo{}, DefaultThresholds())
+	if !stored.Cache.LastSampleTime.Equal(sample) {
+		t.Fatal("an unchanged ejection rewrote the status")
+	}
+}

@@ -22,7 +22,10 @@ limitations under the License.
 // missing range; a gap that replay cannot cover clears the source's entries (the index then
 // rebuilds from what arrives) and marks the source stale-repaired in stats; a sequence going
 // backwards means the engine restarted, which also clears the source. At start a subscriber
-// replays from sequence 0, so a restarted router rebuilds its index from the engines' buffers.
+// replays from sequence 0, so a restarted router rebuilds its index from the engines' buffers;
+// Manager.WaitCaughtUp tells when every source has done so. An engine's ports are network peers
+// like any other: every connection refuses frames over Config.MaxFrameBytes (framelimit.go), and
+// reconnects back off with jitter.
 package kvstream
 
 import (
@@ -60,10 +63,15 @@ type Endpoint struct {
 type Config struct {
 	// HWM is the SUB socket's receive high-water mark in messages. Default 10000.
 	HWM int
-	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff. Defaults 100ms, 5s.
+	// ReconnectMin and ReconnectMax bound the exponential reconnect backoff (each wait jittered
+	// up to half again). Defaults 100ms, 5s.
 	ReconnectMin, ReconnectMax time.Duration
 	// ReplayTimeout bounds one replay exchange (no reply within it = replay failure). Default 2s.
 	ReplayTimeout time.Duration
+	// MaxFrameBytes is the largest frame (and message) a peer may send on the events or the
+	// replay connection; a larger one drops the connection (NewManager's transport). 0 means
+	// DefaultMaxFrameBytes.
+	MaxFrameBytes int64
 	// StaleAfter marks a connected source stale when no batch arrived for this long (idle engines
 	// publish nothing, so stale is a hint, not an error). 0 disables.
 	StaleAfter time.Duration
@@ -91,6 +99,9 @@ type SourceStatus struct {
 	// Restarts counts sequence resets (engine restarts), each of which cleared the source.
 	Restarts     uint64 `json:"restarts"`
 	DecodeErrors uint64 `json:"decodeErrors"`
+	// OversizedFrames counts connections (events or replay) dropped because the peer declared
+	// a frame over Config.MaxFrameBytes, or a replay that brought more than its budget.
+	OversizedFrames uint64 `json:"oversizedFrames"`
 	// Lag is now minus the last batch's engine timestamp (clock skew included).
 	Lag time.Duration `json:"lag"`
 	// LastBatch is when the last batch was applied (zero if none).

@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
@@ -40,10 +41,11 @@ type Manager struct {
 	tr      Transport
 	decodeM *kvevents.Metrics
 
-	mu      sync.Mutex
-	ctx     context.Context // nil until Start
-	eps     map[string]Endpoint
-	running map[string]*endpointRun
+	mu         sync.Mutex
+	ctx        context.Context // nil until Start
+	configured bool            // SetEndpoints was called
+	eps        map[string]Endpoint
+	running    map[string]*endpointRun
 }
 
 type endpointRun struct {
@@ -52,9 +54,10 @@ type endpointRun struct {
 	done   chan struct{}
 }
 
-// NewManager returns a Manager feeding sink over the pure-Go ZMQ transport.
+// NewManager returns a Manager feeding sink over the pure-Go ZMQ transport, whose connections
+// refuse frames over cfg.MaxFrameBytes.
 func NewManager(sink Sink, cfg Config) *Manager {
-	return NewManagerWithTransport(sink, cfg, GoZMQ{})
+	return NewManagerWithTransport(sink, cfg, GoZMQ{MaxFrameBytes: cfg.MaxFrameBytes})
 }
 
 // NewManagerWithTransport is NewManager with another transport (tests, libzmq).
@@ -121,6 +124,7 @@ func (m *Manager) SetEndpoints(eps []Endpoint) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.configured = true
 	for name, old := range m.eps {
 		if ep, ok := want[name]; !ok || ep != old {
 			m.stopLocked(name, old)
@@ -175,6 +179,43 @@ func (m *Manager) startLocked(ep Endpoint) {
 	m.running[ep.Name] = r
 }
 
+// CatchingUp lists the sources whose first catch-up (the replay from 0 after they connect) has
+// not ended yet. known is false until both SetEndpoints and Start have been called: before that
+// nothing says which sources there will be.
+func (m *Manager) CatchingUp() (sources []kvindex.SourceID, known bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.configured || m.ctx == nil {
+		return nil, false
+	}
+	for name := range m.eps {
+		r, ok := m.running[name]
+		if !ok {
+			sources = append(sources, kvindex.SourceID{Endpoint: name})
+			continue
+		}
+		for _, s := range r.subs {
+			select {
+			case <-s.caughtUp:
+			default:
+				sources = append(sources, s.src)
+			}
+		}
+	}
+	return sources, true
+}
+
+// WaitCaughtUp returns nil once every source of the endpoints set so far has ended its first
+// catch-up, replayed or failed (a failure leaves the source partial, and waiting longer would
+// not repair it), or ctx's error. A restarted router uses it to take traffic only once its index
+// holds what the engines' replay buffers had.
+func (m *Manager) WaitCaughtUp(ctx context.Context) error {
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		pending, known := m.CatchingUp()
+		return known && len(pending) == 0, nil
+	})
+}
+
 // Status returns every subscriber's health, sorted by endpoint then rank.
 func (m *Manager) Status() []SourceStatus {
 	now := m.cfg.Now()
@@ -205,6 +246,8 @@ var (
 		"Engine restarts detected (sequence went back); each dropped the source's entries.", labels, nil)
 	descDecodeErr = prometheus.NewDesc("kvrouter_kvstream_decode_errors_total",
 		"Messages that could not be parsed or decoded.", labels, nil)
+	descOversized = prometheus.NewDesc("kvrouter_kvstream_oversized_frames_total",
+		"Connections dropped because the peer declared a frame over the size limit (or a replay over its budget); each dropped the source's entries or that replay.", labels, nil)
 	descLag = prometheus.NewDesc("kvrouter_kvstream_event_lag_seconds",
 		"Now minus the engine timestamp of the last applied batch.", labels, nil)
 	descConnected = prometheus.NewDesc("kvrouter_kvstream_connected", "1 if the SUB socket is connected.", labels, nil)
@@ -215,7 +258,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *Manager) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBlocks, descGaps, descReplays, descReplayF,
-		descRestarts, descDecodeErr, descLag, descConnected, descPartial} {
+		descRestarts, descDecodeErr, descOversized, descLag, descConnected, descPartial} {
 		ch <- d
 	}
 	m.decodeM.Describe(ch)
@@ -235,6 +278,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		c(descReplayF, st.ReplayFailures)
 		c(descRestarts, st.Restarts)
 		c(descDecodeErr, st.DecodeErrors)
+		c(descOversized, st.OversizedFrames)
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, st.Lag.Seconds(), lv...)
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, b2f(st.Connected), lv...)
 		ch <- prometheus.MustNewConstMetric(descPartial, prometheus.GaugeValue, b2f(st.Partial), lv...)

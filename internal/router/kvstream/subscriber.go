@@ -18,11 +18,14 @@ package kvstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
@@ -50,6 +53,10 @@ type subscriber struct {
 	winLo uint64
 	winTS []float64
 
+	// caughtUp is closed once the first catch-up has ended, however it ended.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+
 	mu sync.Mutex
 	st SourceStatus
 }
@@ -57,7 +64,7 @@ type subscriber struct {
 func newSubscriber(src kvindex.SourceID, eventsURL, replayURL, topic string, sink Sink, tr Transport,
 	cfg *Config, m *kvevents.Metrics) *subscriber {
 	s := &subscriber{src: src, eventsURL: eventsURL, replayURL: replayURL, topic: topic, sink: sink, tr: tr, cfg: cfg,
-		log: cfg.Logger.WithValues("endpoint", src.Endpoint, "rank", src.Rank)}
+		log: cfg.Logger.WithValues("endpoint", src.Endpoint, "rank", src.Rank), caughtUp: make(chan struct{})}
 	s.dec.Metrics = m
 	s.st = SourceStatus{Source: src, EventsURL: eventsURL}
 	return s
@@ -74,7 +81,7 @@ func (s *subscriber) status(now time.Time) SourceStatus {
 		st.Stale, st.Reason = true, fmt.Sprintf("no batch for over %v", s.cfg.StaleAfter)
 	}
 	if st.Partial && st.Reason == "" {
-		st.Reason = "entries lost to a gap replay could not cover; rebuilding from new events"
+		st.Reason = "entries dropped (" + st.PartialReason + "); rebuilding from new events"
 	}
 	return st
 }
@@ -85,28 +92,47 @@ func (s *subscriber) update(f func(st *SourceStatus)) {
 	s.mu.Unlock()
 }
 
-// run connects, reconnects with exponential backoff, and handles messages until ctx is done.
+// newBackoff is the reconnect schedule: doubling from ReconnectMin to ReconnectMax, each wait
+// stretched by up to half at random, so that the router replicas an engine restart (or a hostile
+// peer) disconnected all at once do not come back in step.
+func (s *subscriber) newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: s.cfg.ReconnectMin, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: s.cfg.ReconnectMax}
+}
+
+// run connects, reconnects with jittered exponential backoff, and handles messages until ctx is
+// done.
 func (s *subscriber) run(ctx context.Context) {
-	backoff := s.cfg.ReconnectMin
+	defer s.markCaughtUp() // a subscriber stopped before its first catch-up holds nobody up
+	backoff := s.newBackoff()
 	for ctx.Err() == nil {
 		sub, err := s.tr.Subscribe(ctx, s.eventsURL, s.topic, s.cfg.HWM)
 		if err != nil {
-			s.log.V(1).Info("kv events connect failed", "url", s.eventsURL, "err", err.Error(), "retryIn", backoff)
-			if !sleep(ctx, backoff) {
+			if errors.Is(err, ErrFrameTooLarge) {
+				s.oversized(err)
+			}
+			// Nothing to replay from an engine we cannot reach: start-up is not held for it.
+			s.markCaughtUp()
+			d := backoff.Step()
+			s.log.V(1).Info("kv events connect failed", "url", s.eventsURL, "err", err.Error(), "retryIn", d)
+			if !sleep(ctx, d) {
 				return
 			}
-			backoff = min(2*backoff, s.cfg.ReconnectMax)
 			continue
 		}
 		s.update(func(st *SourceStatus) { st.Connected = true })
 		s.log.V(1).Info("kv events connected", "url", s.eventsURL)
 		// Catch up on whatever was published while we were away (everything, at start).
 		s.catchUp(ctx)
+		s.markCaughtUp()
 		connectedAt := time.Now()
 		for ctx.Err() == nil {
 			frames, err := sub.Recv()
 			if err != nil {
-				if ctx.Err() == nil {
+				switch {
+				case ctx.Err() != nil:
+				case errors.Is(err, ErrFrameTooLarge):
+					s.oversized(err)
+				default:
 					s.log.Info("kv events connection lost", "url", s.eventsURL, "err", err.Error())
 				}
 				break
@@ -121,13 +147,38 @@ func (s *subscriber) run(ctx context.Context) {
 		_ = sub.Close()
 		s.update(func(st *SourceStatus) { st.Connected = false })
 		if time.Since(connectedAt) > s.cfg.ReconnectMax {
-			backoff = s.cfg.ReconnectMin // the connection was healthy: start over
+			backoff = s.newBackoff() // the connection was healthy: start over
 		}
-		if !sleep(ctx, backoff) {
+		if !sleep(ctx, backoff.Step()) {
 			return
 		}
-		backoff = min(2*backoff, s.cfg.ReconnectMax)
 	}
+}
+
+// markCaughtUp records the end of the first catch-up (a replay from 0, or the finding that there
+// is nothing to replay from): Manager.WaitCaughtUp waits for it.
+func (s *subscriber) markCaughtUp() {
+	s.caughtUpOnce.Do(func() { close(s.caughtUp) })
+}
+
+// oversized handles a peer that declared a frame over the limit: the transport dropped the
+// connection before allocating it. What that message held is lost, so the source's entries are
+// dropped as after any unrepairable gap; run then reconnects with backoff, and a peer that keeps
+// doing it costs a connection attempt per backoff step, never the memory it claims.
+func (s *subscriber) oversized(err error) {
+	s.log.Info("kv events peer sent an oversized frame; connection dropped", "url", s.eventsURL, "err", err.Error())
+	s.update(func(st *SourceStatus) { st.OversizedFrames++ })
+	s.clear("oversized frame on the events connection")
+}
+
+// replay asks the replay endpoint for batches from seq on, counting an oversized frame.
+func (s *subscriber) replay(ctx context.Context, from uint64) ([]Message, error) {
+	msgs, err := s.tr.Replay(ctx, s.replayURL, from, s.cfg.ReplayTimeout)
+	if errors.Is(err, ErrFrameTooLarge) || errors.Is(err, ErrReplayTooLarge) {
+		s.log.Info("kv events replay peer sent too much; replay dropped", "url", s.replayURL, "err", err.Error())
+		s.update(func(st *SourceStatus) { st.OversizedFrames++ })
+	}
+	return msgs, err
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -164,7 +215,7 @@ func (s *subscriber) catchUp(ctx context.Context) {
 	if from > 0 {
 		from--
 	}
-	msgs, err := s.tr.Replay(ctx, s.replayURL, from, s.cfg.ReplayTimeout)
+	msgs, err := s.replay(ctx, from)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -187,7 +238,7 @@ func (s *subscriber) catchUp(ctx context.Context) {
 			// published batches below our old number, to nobody (we were away): fetch them
 			// from 0, or its blocks stay unknown until it happens to publish again.
 			s.restarted()
-			if msgs, err = s.tr.Replay(ctx, s.replayURL, 0, s.cfg.ReplayTimeout); err != nil && ctx.Err() == nil {
+			if msgs, err = s.replay(ctx, 0); err != nil && ctx.Err() == nil {
 				s.log.Info("kv events catch-up replay failed", "err", err.Error())
 				if len(msgs) == 0 {
 					s.replayFailed(fmt.Sprintf("catch-up replay from 0 after a restart: %v", err))
@@ -276,7 +327,7 @@ func (s *subscriber) gap(ctx context.Context, m Message) {
 	var msgs []Message
 	err := errNoReplay
 	if s.replayURL != "" {
-		msgs, err = s.tr.Replay(ctx, s.replayURL, from, s.cfg.ReplayTimeout)
+		msgs, err = s.replay(ctx, from)
 	}
 	// The live message was decoded into s.batch, which the replayed batches reuse: it is
 	// decoded again from its payload afterwards.

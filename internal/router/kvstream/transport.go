@@ -111,18 +111,31 @@ func RankURL(u string, rank int) (string, error) {
 	return pu.String(), nil
 }
 
-// GoZMQ is the pure-Go transport.
-type GoZMQ struct{}
+// GoZMQ is the pure-Go transport. Every connection it opens refuses frames over MaxFrameBytes
+// (see framelimit.go): the receive then fails with ErrFrameTooLarge and the connection is closed.
+type GoZMQ struct {
+	// MaxFrameBytes bounds a frame and a message from the peer; 0 means DefaultMaxFrameBytes.
+	MaxFrameBytes int64
+}
+
+func (g GoZMQ) limits(handshake time.Duration) connLimits {
+	l := connLimits{maxFrame: DefaultMaxFrameBytes, handshake: handshake, tripped: &tripWire{}}
+	if g.MaxFrameBytes > 0 {
+		l.maxFrame = uint64(g.MaxFrameBytes)
+	}
+	return l
+}
 
 type goSub struct {
-	s      zmq4.Socket
-	cancel context.CancelFunc
+	s       zmq4.Socket
+	cancel  context.CancelFunc
+	tripped *tripWire
 }
 
 func (g goSub) Recv() ([][]byte, error) {
 	m, err := g.s.Recv()
 	if err != nil {
-		return nil, err
+		return nil, g.tripped.or(err)
 	}
 	return m.Frames, nil
 }
@@ -136,40 +149,50 @@ func (g goSub) Close() error {
 // Subscribe implements Transport. go-zeromq's SUB has no receive high-water mark (it queues 10
 // messages, then TCP back-pressure makes the engine's PUB apply its own HWM, and drops show up
 // as sequence gaps, which replay repairs), so hwm is not used here.
-func (GoZMQ) Subscribe(ctx context.Context, u, topic string, _ int) (SubSocket, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func (g GoZMQ) Subscribe(ctx context.Context, u, topic string, _ int) (SubSocket, error) {
+	registerLimitedTransports()
+	l := g.limits(5 * time.Second)
+	ctx, cancel := context.WithCancel(withConnLimits(ctx, l))
 	s := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(5*time.Second))
-	if err := s.Dial(u); err != nil {
+	if err := s.Dial(limitedURL(u)); err != nil {
 		_ = s.Close()
 		cancel()
-		return nil, err
+		return nil, l.tripped.or(err)
 	}
 	if err := s.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		_ = s.Close()
 		cancel()
-		return nil, fmt.Errorf("subscribe %q: %w", topic, err)
+		return nil, l.tripped.or(fmt.Errorf("subscribe %q: %w", topic, err))
 	}
-	return goSub{s: s, cancel: cancel}, nil
+	return goSub{s: s, cancel: cancel, tripped: l.tripped}, nil
 }
 
 // Replay implements Transport.
-func (GoZMQ) Replay(ctx context.Context, u string, from uint64, timeout time.Duration) ([]Message, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func (g GoZMQ) Replay(ctx context.Context, u string, from uint64, timeout time.Duration) ([]Message, error) {
+	registerLimitedTransports()
+	l := g.limits(timeout)
+	ctx, cancel := context.WithTimeout(withConnLimits(ctx, l), timeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout))
 	defer d.Close()
-	if err := d.Dial(u); err != nil {
-		return nil, err
+	if err := d.Dial(limitedURL(u)); err != nil {
+		return nil, l.tripped.or(err)
 	}
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], from)
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, seq[:])); err != nil {
-		return nil, fmt.Errorf("send replay request: %w", err)
+		return nil, l.tripped.or(fmt.Errorf("send replay request: %w", err))
 	}
+	// A peer could also stay under the frame limit and never send the end marker: the replay
+	// is bounded in bytes as well as in time.
+	budget, total := replayBudget*l.maxFrame, uint64(0)
 	var out []Message
 	for {
 		m, err := d.Recv()
 		if err != nil {
+			if err := l.tripped.or(err); errors.Is(err, ErrFrameTooLarge) {
+				return out, fmt.Errorf("replay from %d: %w", from, err)
+			}
 			if ctx.Err() != nil {
 				return out, fmt.Errorf("replay from %d: no end marker within %v (%d batches received)", from, timeout, len(out))
 			}
@@ -182,8 +205,19 @@ func (GoZMQ) Replay(ctx context.Context, u string, from uint64, timeout time.Dur
 		if end {
 			return out, nil
 		}
+		if total += uint64(len(msg.Payload)); total > budget {
+			return out, fmt.Errorf("replay from %d: %w (%d batches, over %d bytes)", from, ErrReplayTooLarge, len(out), budget)
+		}
 		out = append(out, Message{Seq: msg.Seq, Payload: bytes.Clone(msg.Payload)})
 	}
 }
+
+// replayBudget is how many frame limits of payload one replay may bring: 1 GiB at the default
+// limit, ten thousand (vLLM's default buffer_steps) 100 KiB batches.
+const replayBudget = 16
+
+// ErrReplayTooLarge is a replay that brought more than its budget without reaching its end
+// marker.
+var ErrReplayTooLarge = errors.New("kv events: replay over its size budget")
 
 var errNoReplay = errors.New("no replay endpoint")

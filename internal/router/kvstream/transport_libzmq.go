@@ -30,7 +30,20 @@ import (
 
 // LibZMQ is the transport over libzmq via cgo (build tag libzmq; needs libzmq3-dev). It exists
 // to compare with the pure-Go default; see docs/benchmarks.md for why the default stays GoZMQ.
-type LibZMQ struct{}
+type LibZMQ struct {
+	// MaxFrameBytes is set as ZMQ_MAXMSGSIZE (0: DefaultMaxFrameBytes). libzmq applies it per
+	// frame and drops a peer that exceeds it inside the library, then reconnects by itself: the
+	// subscriber sees no error, so nothing is counted as oversized; the batches lost show up as a
+	// sequence gap and their replay fails the same way, which marks the source partial.
+	MaxFrameBytes int64
+}
+
+func (l LibZMQ) maxMsgSize() int64 {
+	if l.MaxFrameBytes > 0 {
+		return l.MaxFrameBytes
+	}
+	return DefaultMaxFrameBytes
+}
 
 type libSub struct {
 	ctx context.Context
@@ -58,12 +71,13 @@ func (l libSub) Recv() ([][]byte, error) {
 func (l libSub) Close() error { return l.s.Close() }
 
 // Subscribe implements Transport; libzmq reconnects by itself and applies hwm as RCVHWM.
-func (LibZMQ) Subscribe(ctx context.Context, url, topic string, hwm int) (SubSocket, error) {
+func (l LibZMQ) Subscribe(ctx context.Context, url, topic string, hwm int) (SubSocket, error) {
 	s, err := zmq.NewSocket(zmq.SUB)
 	if err != nil {
 		return nil, err
 	}
-	err = errors.Join(s.SetRcvhwm(hwm), s.SetRcvtimeo(poll), s.SetLinger(0), s.Connect(url), s.SetSubscribe(topic))
+	err = errors.Join(s.SetRcvhwm(hwm), s.SetRcvtimeo(poll), s.SetLinger(0), s.SetMaxmsgsize(l.maxMsgSize()),
+		s.Connect(url), s.SetSubscribe(topic))
 	if err != nil {
 		_ = s.Close()
 		return nil, err
@@ -72,13 +86,13 @@ func (LibZMQ) Subscribe(ctx context.Context, url, topic string, hwm int) (SubSoc
 }
 
 // Replay implements Transport.
-func (LibZMQ) Replay(ctx context.Context, url string, from uint64, timeout time.Duration) ([]Message, error) {
+func (l LibZMQ) Replay(ctx context.Context, url string, from uint64, timeout time.Duration) ([]Message, error) {
 	s, err := zmq.NewSocket(zmq.DEALER)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	if err := errors.Join(s.SetRcvtimeo(timeout), s.SetLinger(0), s.Connect(url)); err != nil {
+	if err := errors.Join(s.SetRcvtimeo(timeout), s.SetLinger(0), s.SetMaxmsgsize(l.maxMsgSize()), s.Connect(url)); err != nil {
 		return nil, err
 	}
 	var seq [8]byte

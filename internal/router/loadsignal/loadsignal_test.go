@@ -156,6 +156,10 @@ func TestRemoteLoadAndRates(t *testing.T) {
 	if loads[0].RemoteInFlight != 4 || loads[0].RemotePrefillTokens != 1000 {
 		t.Fatalf("remote estimate %+v", loads[0])
 	}
+	// Queued: this router's prefilling request and the 2 others' waiting ones; 2 running.
+	if loads[0].QueuedRequests != 1 || loads[0].RemoteQueuedRequests != 2 || loads[0].PeakRunning != 2 {
+		t.Fatalf("queue estimate %+v", loads[0])
+	}
 	if st := tr.Stats("e0"); st.HitRateOK {
 		t.Fatal("hit rate from a single sample")
 	}
@@ -179,7 +183,7 @@ func TestRemoteLoadAndRates(t *testing.T) {
 	tr.RecordScrapeError("e0", fmt.Errorf("boom"))
 	streak := make([]int, 1)
 	tr.Loads([]string{"e0"}, loads, streak)
-	if loads[0].RemoteInFlight != 0 || tr.Stats("e0").ScrapeError != "boom" || streak[0] != 1 {
+	if loads[0].RemoteInFlight != 0 || loads[0].RemoteQueuedRequests != 0 || tr.Stats("e0").ScrapeError != "boom" || streak[0] != 1 {
 		t.Fatalf("scrape error kept the remote estimate %+v", loads[0])
 	}
 	k.Done()

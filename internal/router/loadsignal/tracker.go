@@ -53,6 +53,8 @@ type endpointState struct {
 	failStreak    int // consecutive failed scrapes
 	remote        int // other clients' requests in the engine at the last scrape
 	remotePrefill int // estimated prefill tokens of the remote waiting requests
+	remoteWaiting int // other clients' requests waiting in the engine at the last scrape
+	peakRunning   int // most requests seen running at once
 	samples       []sample
 }
 
@@ -146,11 +148,14 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 			failStreaks[i] = s.failStreak
 		}
 		out[i] = policy.Load{
-			InFlight:            s.inFlight,
-			QueuedPrefillTokens: s.queuedPrefill,
-			RemoteInFlight:      s.remote,
-			RemotePrefillTokens: s.remotePrefill,
-			KVUsage:             s.metrics.KVUsage,
+			InFlight:             s.inFlight,
+			QueuedPrefillTokens:  s.queuedPrefill,
+			RemoteInFlight:       s.remote,
+			RemotePrefillTokens:  s.remotePrefill,
+			QueuedRequests:       s.prefilling,
+			RemoteQueuedRequests: s.remoteWaiting,
+			PeakRunning:          s.peakRunning,
+			KVUsage:              s.metrics.KVUsage,
 		}
 	}
 }
@@ -169,16 +174,20 @@ func (t *Tracker) RecordScrape(ep string, m EngineMetrics, at time.Time) {
 	// else. Requests this router has not yet seen finish can make the difference negative for
 	// a moment; clamp.
 	s.remote = max(0, int(m.Running+m.Waiting)-s.inFlight)
-	remoteWaiting := max(0, int(m.Waiting)-s.prefilling)
-	s.remotePrefill = int(float64(remoteWaiting) * s.avgUncached)
+	s.remoteWaiting = max(0, int(m.Waiting)-s.prefilling)
+	s.remotePrefill = int(float64(s.remoteWaiting) * s.avgUncached)
 
 	smp := sample{at: at, hits: m.PrefixHits, queries: m.PrefixQueries, preemptions: m.Preemptions}
 	if n := len(s.samples); n > 0 {
 		last := s.samples[n-1]
 		if smp.hits < last.hits || smp.queries < last.queries || smp.preemptions < last.preemptions {
 			s.samples = s.samples[:0] // the engine restarted: its counters began again
+			s.peakRunning = 0         // and it may have come back with another --max-num-seqs
 		}
 	}
+	// Not its capacity: requests also wait while long prompts take a step's token budget, so
+	// an engine busy with prefill can run one request and queue ten. What it ran is a floor.
+	s.peakRunning = max(s.peakRunning, int(m.Running))
 	s.samples = append(s.samples, smp)
 	// Keep one sample at or beyond the window's edge as the baseline, so the rates cover a
 	// full window even when scrapes are sparse.
@@ -198,7 +207,7 @@ func (t *Tracker) RecordScrapeError(ep string, err error) {
 	s.scrapeErr = err.Error()
 	s.scrapeErrors++
 	s.failStreak++
-	s.remote, s.remotePrefill = 0, 0
+	s.remote, s.remotePrefill, s.remoteWaiting = 0, 0, 0
 }
 
 // Remove forgets ep (it left the fleet). Tickets still open for it become no-ops.

@@ -110,6 +110,16 @@ func (p *Policy) predict(endpoint string, x int) float64 {
 	return a + b*float64(x)
 }
 
+// PredictITL is the predicted inter-token latency (seconds) on endpoint with streams active
+// streams; ok is false while no endpoint's decode model is calibrated.
+func (p *Policy) PredictITL(endpoint string, streams float64) (seconds float64, ok bool) {
+	a, b, ok := p.decodeFit(endpoint)
+	if !ok {
+		return 0, false
+	}
+	return a + b*max(streams, 0), true
+}
+
 // slope is an endpoint's fitted seconds per prefill token (the fleet's while it has too few
 // observations of its own).
 func (p *Policy) slope(endpoint string) float64 {

@@ -37,6 +37,14 @@ type Load struct {
 	// refreshes with the scrape (about once a second) while local changes show at once.
 	RemoteInFlight      int
 	RemotePrefillTokens int
+	// Requests waiting for their first token: this router's (exact) and the others' (the
+	// engine's scraped waiting queue beyond this router's, at the last scrape). Pick does not
+	// read them; admission control bounds them (internal/router/admission).
+	QueuedRequests, RemoteQueuedRequests int
+	// PeakRunning is the most requests the engine was seen running at once since it started: a
+	// floor under its batch capacity (--max-num-seqs). For admission control; Pick does not
+	// read it.
+	PeakRunning int
 	// Scraped engine state, informational for the policy (KV usage near 1 shows up as slower
 	// TTFTs, which the latency model already sees).
 	KVUsage float64

@@ -74,7 +74,7 @@ func TestRefusals(t *testing.T) {
 			req = httptest.NewRequest(http.MethodPost, c.path, iotest.ErrReader(errBoom))
 		}
 		rec := httptest.NewRecorder()
-		s.Handler(nil).ServeHTTP(rec, req)
+		s.Handler().ServeHTTP(rec, req)
 		if rec.Code != c.status || rec.Body.String() != c.want+"\n" || rec.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("%s: %d %q\nwant %d %q", c.name, rec.Code, rec.Body.String(), c.status, c.want)
 		}

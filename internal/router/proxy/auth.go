@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -47,18 +46,14 @@ type Auth struct {
 	Engine *KeyFile
 }
 
-// openPaths are the /v1/ endpoints that stay open when clients need a key: they carry no prompt
-// or output, only what /metrics already shows plus endpoint names, and the operator's status
-// poller and KEDA read them without credentials. /health, /ready and /metrics are outside /v1/
-// and open too: kubelet probes and Prometheus carry no key.
-var openPaths = []string{"/v1/status", "/v1/autoscale"}
-
-// requiresKey reports whether a request to p needs a client key. The path is cleaned first, as
-// the mux cleans it before routing, so "//v1/completions" or "/v1/status/../completions" cannot
-// slip past.
+// requiresKey reports whether a request to p needs a client key: everything under /v1/ on the
+// public handler. /health and /ready stay open for the kubelet's probes; the readers of /metrics,
+// /v1/status and /v1/autoscale carry no key and reach them on the admin handler, which checks
+// none. The path is cleaned first, as the mux cleans it before routing, so "//v1/completions" or
+// "/v1/x/../completions" cannot slip past.
 func requiresKey(p string) bool {
 	p = path.Clean("/" + p)
-	return (p == "/v1" || strings.HasPrefix(p, "/v1/")) && !slices.Contains(openPaths, p)
+	return p == "/v1" || strings.HasPrefix(p, "/v1/")
 }
 
 // requireKey wraps the router's handler with the client key check (a no-op without keys).

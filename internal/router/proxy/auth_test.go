@@ -131,18 +131,23 @@ func TestClientKeyRequired(t *testing.T) {
 		}
 	}
 
-	// Probes, Prometheus, the operator's status poller and KEDA carry no key.
-	for _, path := range []string{"/health", "/ready", "/metrics", "/v1/status", "/v1/autoscale"} {
-		resp, err := http.Get(h.http.URL + path)
+	// The kubelet's probes carry no key; Prometheus, the operator's status poller and KEDA carry
+	// none either, and read the admin handler.
+	for _, url := range []string{h.http.URL + "/health", h.http.URL + "/ready",
+		h.admin.URL + "/v1/status", h.admin.URL + "/v1/autoscale", h.admin.URL + "/health"} {
+		resp, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusUnauthorized {
-			t.Errorf("GET %s needs a key", path)
+			t.Errorf("GET %s needs a key", url)
 		}
 	}
-	for _, path := range []string{"/v1/models", "/v1/unknown", "/v1", "//v1/models", "/v1/status/../models"} {
+	// On the public handler every /v1/ path needs the key, the admin paths included (they are
+	// not served there: with the key they are 404, see TestAdminPathsOnlyOnAdminHandler).
+	for _, path := range []string{"/v1/models", "/v1/unknown", "/v1", "//v1/models", "/v1/status/../models",
+		"/v1/status", "/v1/autoscale"} {
 		resp, err := http.Get(h.http.URL + path)
 		if err != nil {
 			t.Fatal(err)

@@ -128,7 +128,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	ix := kvindex.New(kvindex.Config{BlockSize: 16})
 	s := New(Config{Model: "m", Policy: policy.Config{BlockSize: 16}}, logr.Discard(), ix, nil, tr, nil)
 	s.SetEndpoints([]discovery.Endpoint{{Name: "e0", URL: eng.URL, Ready: true}})
-	rt := httptest.NewServer(s.Handler(nil))
+	rt := httptest.NewServer(s.Handler())
 	defer rt.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	call := func(url, body string) time.Duration {

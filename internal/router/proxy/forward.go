@@ -18,11 +18,16 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
@@ -42,6 +47,7 @@ type exchange struct {
 	gpuHeld      []int         // per route: leading blocks of keys it held on GPU at the lookup
 	workTokens   int
 	promptTokens int
+	maxTokens    int // the request's output limit, or the policy's default
 }
 
 // onceReader reads a byte slice once and then drops it.
@@ -61,13 +67,30 @@ func (o *onceReader) Read(p []byte) (int, error) {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// run sends the request to the chosen endpoint and, if the connection fails before any byte
-// reached the client, once more to the best fallback.
+// result is how an attempt ended.
+type result int
+
+const (
+	// answered: the client has its answer or error, or left.
+	answered result = iota
+	// unreached: the connection failed before the request was written; the engine never saw it.
+	unreached
+	// unresponsive: the engine sent nothing back before the watchdog judged it hung, or it was
+	// ejected as unresponsive; the client has seen nothing.
+	unresponsive
+)
+
+// run sends the request to the chosen endpoint and, when that is safe, once more to the best
+// fallback: when the connection failed before the request was written, or when the engine sent
+// nothing back before it was judged hung (the attempt there is cancelled). An engine that
+// failed after it read the request may have run it, so that is answered with an error, never
+// retried: a request that makes engines drop it must not take them out one after another.
 func (x *exchange) run(t *table, d policy.Decision) {
 	s := x.s
 	name := d.Endpoint
 	uncached := d.UncachedTokens
 	work := d.PrefillWork
+	ttft := d.PredictedTTFT
 	for attempt := 0; ; attempt++ {
 		i, ok := t.byName[name]
 		if !ok { // cannot happen: the decision came from this table
@@ -90,38 +113,62 @@ func (x *exchange) run(t *table, d policy.Decision) {
 			predicted = x.keys[held:]
 			s.index.PredictPendingKeys(rt.src, predicted)
 		}
-		retry := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work, predicted)
-		if !retry {
+		deadline := s.ttfbDeadline(rt.name, ttft, x.stream, x.maxTokens, s.endpointStreams(rt.name))
+		res := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work, predicted, deadline)
+		if res == answered {
 			return
 		}
-		next := ""
-		for _, f := range d.Fallbacks {
-			j, ok := t.byName[f]
-			if !ok || t.routes[j].ep.Name == rt.ep.Name {
-				continue // another rank of the engine that just failed
-			}
-			next = f
-			break
-		}
+		next := x.fallback(t, d.Fallbacks, rt)
 		if attempt > 0 || next == "" {
-			s.metrics.requests.WithLabelValues(name, "502").Inc()
-			writeError(x.w, http.StatusBadGateway, "server_error", "the engine could not be reached", "")
+			if res == unreached {
+				s.metrics.requests.WithLabelValues(name, "502").Inc()
+				writeError(x.w, http.StatusBadGateway, serverError, "the engine could not be reached", "")
+				return
+			}
+			s.metrics.requests.WithLabelValues(name, "504").Inc()
+			writeError(x.w, http.StatusGatewayTimeout, serverError,
+				"the engine stopped responding and no other engine could take the request", "")
 			return
 		}
 		s.counters.retries.Add(1)
 		s.metrics.retries.Inc()
-		s.log.Info("engine unreachable; retrying on the next-best engine", "endpoint", name, "next", next)
+		if res == unreached {
+			s.log.Info("engine unreachable; retrying on the next-best engine", "endpoint", name, "next", next)
+		} else {
+			s.log.Info("engine unresponsive; moving the request to the next-best engine", "endpoint", name, "next", next)
+		}
 		name = next
 		// The fallback's cache state is unknown here: account the whole prompt, and do not
 		// feed this attempt's TTFT to the latency model (its work figure would be a guess).
 		uncached = x.promptTokens
 		work = -1
+		queued := s.tracker.Stats(next).QueuedPrefillTokens
+		s.policyMu.Lock()
+		ttft, _ = s.policy.PredictTTFT(next, queued+x.promptTokens)
+		s.policyMu.Unlock()
 	}
 }
 
-// attempt performs one upstream exchange. It returns true when the engine could not be reached
-// and nothing was written to the client (the caller may retry elsewhere).
-func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predicted []kvindex.Key) (retry bool) {
+// fallback is the best of the decision's fallbacks on another engine than failed's that is not
+// ejected meanwhile, or "".
+func (x *exchange) fallback(t *table, fallbacks []string, failed *route) string {
+	for _, f := range fallbacks {
+		j, ok := t.byName[f]
+		if !ok || t.routes[j].ep.Name == failed.ep.Name {
+			continue // another rank of the engine that just failed
+		}
+		if x.s.outliers.isEjected(f) {
+			continue
+		}
+		return f
+	}
+	return ""
+}
+
+// attempt performs one upstream exchange and says how it ended. Nothing reaches the client
+// before the engine's first body byte (the status and headers wait for it too), so that an
+// attempt on an engine that never answers can still move.
+func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predicted []kvindex.Key, deadline time.Duration) result {
 	s := x.s
 	// Released on every way out, the aborted-connection panic included.
 	defer ticket.Done()
@@ -132,14 +179,22 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 		}
 	}
 	defer settle()
-	ctx, cancel := context.WithCancel(x.r.Context())
-	defer cancel()
+	h := s.outliers.route(rt.name, rt.ep.URL)
+	ctx, cancel := context.WithCancelCause(x.r.Context())
+	defer cancel(nil)
+	// Whether the whole request reached the engine decides whether moving it is safe.
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}})
 	// A plain reader (not *bytes.Reader, which NewRequest would snapshot for GetBody) lets the
 	// body be collected once it is sent.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rt.ep.URL+x.path, &onceReader{b: x.body})
 	if err != nil {
 		writeError(x.w, http.StatusInternalServerError, "server_error", "cannot build upstream request: "+err.Error(), "")
-		return false
+		return answered
 	}
 	copyHeaders(req.Header, x.r.Header)
 	s.cfg.Auth.setUpstream(req.Header, x.r.Header.Get("Authorization"))
@@ -149,51 +204,56 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 		req.Header.Set(dpRankHeader, strconv.Itoa(rt.rank))
 	}
 	sent := s.now()
+	wd := s.watch(h, rt.name, sent, deadline, cancel)
+	defer wd.stop()
 	resp, err := s.client.Do(req)
 	if err != nil {
-		if x.r.Context().Err() != nil {
+		switch {
+		case x.r.Context().Err() != nil:
 			// The client left; nothing to answer.
 			s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
-			return false
+			return answered
+		case gaveUp(ctx):
+			s.metrics.upstreamErrors.WithLabelValues(rt.name, "unresponsive").Inc()
+			return unresponsive
+		case !wrote.Load():
+			s.metrics.upstreamErrors.WithLabelValues(rt.name, "connect").Inc()
+			if isDialError(err) {
+				s.markDown(rt.ep.Name)
+			}
+			s.log.Info("engine request failed before it was sent", "endpoint", rt.name, "error", err.Error())
+			return unreached
 		}
-		s.metrics.upstreamErrors.WithLabelValues(rt.name, "connect").Inc()
-		s.markDown(rt.ep.Name)
-		s.log.Info("engine request failed before any response", "endpoint", rt.name, "error", err.Error())
-		return true
+		x.failedAfterWrite(rt, h, context.Cause(ctx), err)
+		return answered
 	}
 	defer resp.Body.Close()
-	// The engine answered: no retry can follow, so the request body and keys (~0.5 MB and 50 KB
-	// for a 100K-token prompt) need not live as long as the stream.
-	x.body, x.keys = nil, nil
 
-	h := x.w.Header()
-	copyHeaders(h, resp.Header)
-	h.Set(EndpointHeader, rt.name)
-	x.w.WriteHeader(resp.StatusCode)
-	flusher, _ := x.w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush() // the client sees the status and the endpoint header at once
-	}
-
-	// Idle timer: a stream that sends nothing for StreamIdleTimeout is aborted.
-	idle := time.AfterFunc(s.cfg.StreamIdleTimeout, cancel)
-	defer idle.Stop()
 	buf := make([]byte, 16<<10)
-	gotFirst := false
+	started := false // the status, the headers and some bytes went to the client
 	timed := x.stream && resp.StatusCode == http.StatusOK
+	var flusher http.Flusher
 	var itl itlMeter
 	for {
+		wd.reading(s.now())
 		n, rerr := resp.Body.Read(buf)
+		wd.read()
 		if n > 0 {
-			idle.Reset(s.cfg.StreamIdleTimeout)
+			now := s.now()
+			h.touch(now)
 			if timed {
-				itl.add(buf[:n], s.now())
+				itl.add(buf[:n], now)
 			}
-			if !gotFirst {
-				gotFirst = true
-				ttft := s.now().Sub(sent)
+			if !started {
+				started = true
+				wd.begin()
+				ttft := now.Sub(sent)
 				ticket.FirstToken()
 				settle()
+				s.outliers.success(h)
+				// The attempt cannot move any more: the request body and keys (~0.5 MB and
+				// 50 KB for a 100K-token prompt) need not live as long as the stream.
+				x.body, x.keys = nil, nil
 				if timed {
 					itl.streams = s.endpointStreams(rt.name)
 				}
@@ -206,17 +266,22 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 						s.policyMu.Unlock()
 					}
 				}
+				flusher = x.writeHeader(rt, resp)
 			}
 			if _, werr := x.w.Write(buf[:n]); werr != nil {
 				// The client went away: returning cancels the engine request.
 				s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
-				return false
+				return answered
 			}
 			if flusher != nil {
 				flusher.Flush()
 			}
 		}
 		if rerr == io.EOF {
+			if !started {
+				s.outliers.success(h)
+				x.writeHeader(rt, resp)
+			}
 			s.metrics.requests.WithLabelValues(rt.name, strconv.Itoa(resp.StatusCode)).Inc()
 			if gap, ok := itl.mean(); ok {
 				streams := float64(itl.streams+s.endpointStreams(rt.name)) / 2
@@ -224,30 +289,95 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 				s.policy.ObserveITL(rt.name, streams, gap.Seconds())
 				s.policyMu.Unlock()
 			}
-			return false
+			return answered
 		}
-		if rerr != nil {
-			if x.r.Context().Err() != nil {
-				s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
-				return false
-			}
-			s.metrics.upstreamErrors.WithLabelValues(rt.name, "stream").Inc()
-			s.log.Info("engine response broke off", "endpoint", rt.name, "error", rerr.Error(),
-				"idleTimeout", errors.Is(ctx.Err(), context.Canceled))
-			if x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				// A clean SSE error event the client's SDK can surface, then the end.
-				_, _ = io.WriteString(x.w, `data: {"error":{"message":"the engine stream broke off","type":"server_error","param":null,"code":502}}`+"\n\n")
-				if flusher != nil {
-					flusher.Flush()
-				}
-				s.metrics.requests.WithLabelValues(rt.name, "502").Inc()
-				return false
-			}
-			// A partial JSON body must not look complete: abort the connection.
-			s.metrics.requests.WithLabelValues(rt.name, "502").Inc()
-			panic(http.ErrAbortHandler)
+		if rerr == nil {
+			continue
 		}
+		if x.r.Context().Err() != nil {
+			s.metrics.requests.WithLabelValues(rt.name, "499").Inc()
+			return answered
+		}
+		cause := context.Cause(ctx)
+		if !started {
+			if gaveUp(ctx) {
+				s.metrics.upstreamErrors.WithLabelValues(rt.name, "unresponsive").Inc()
+				return unresponsive
+			}
+			x.failedAfterWrite(rt, h, cause, rerr)
+			return answered
+		}
+		x.brokeOff(rt, h, resp, cause, rerr)
+		return answered
 	}
+}
+
+// writeHeader sends the engine's status and headers to the client, and returns the writer's
+// flusher (nil if it has none) after flushing them.
+func (x *exchange) writeHeader(rt *route, resp *http.Response) http.Flusher {
+	h := x.w.Header()
+	copyHeaders(h, resp.Header)
+	h.Set(EndpointHeader, rt.name)
+	x.w.WriteHeader(resp.StatusCode)
+	flusher, _ := x.w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	return flusher
+}
+
+// failedAfterWrite answers a request whose engine failed after the request was written and
+// before anything reached the client. The engine may have run it (a request that crashes or
+// wedges engines would), so it is not retried; and one such failure does not mark the engine
+// down either: it counts toward the engine's outlier score.
+func (x *exchange) failedAfterWrite(rt *route, h *health, cause, err error) {
+	s := x.s
+	status, msg := http.StatusBadGateway, "the engine closed the connection before answering; the request was not retried because the engine may have run it"
+	if errors.Is(cause, errIdle) {
+		status, msg = http.StatusGatewayTimeout, "the engine sent nothing for "+s.cfg.StreamIdleTimeout.String()
+	} else {
+		s.outliers.failure(h, "failed after the request was sent")
+	}
+	s.metrics.upstreamErrors.WithLabelValues(rt.name, "response").Inc()
+	s.log.Info("engine failed after the request was sent; answered, not retried", "endpoint", rt.name, "error", err.Error())
+	s.metrics.requests.WithLabelValues(rt.name, strconv.Itoa(status)).Inc()
+	writeError(x.w, status, serverError, msg, "")
+}
+
+// brokeOff ends a response that already reached the client in part: an SSE stream with an error
+// event its client's SDK can surface, anything else by aborting the connection (a partial JSON
+// body must not look complete).
+func (x *exchange) brokeOff(rt *route, h *health, resp *http.Response, cause, err error) {
+	s := x.s
+	msg := "the engine stream broke off"
+	switch {
+	case errors.Is(cause, errStalled), errors.Is(cause, errEjected):
+		msg = "the engine stopped responding"
+	case errors.Is(cause, errIdle):
+		msg = "the engine sent nothing for " + s.cfg.StreamIdleTimeout.String()
+	default:
+		s.outliers.failure(h, "response broke off")
+	}
+	s.metrics.upstreamErrors.WithLabelValues(rt.name, "stream").Inc()
+	s.log.Info("engine response broke off", "endpoint", rt.name, "error", err.Error(), "cause", fmt.Sprint(cause))
+	s.metrics.requests.WithLabelValues(rt.name, "502").Inc()
+	if x.stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		event, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": serverError,
+			"param": nil, "code": http.StatusBadGateway}})
+		_, _ = io.WriteString(x.w, "data: "+string(event)+"\n\n")
+		if flusher, ok := x.w.(http.Flusher); ok {
+			flusher.Flush()
+		}
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// isDialError reports whether err is a failure to connect (refused, unroutable, timed out),
+// which says the engine is not there, unlike a failure on a connection it accepted.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // itlMeter times a relayed SSE stream: vLLM sends one event per generated token (more tokens per

@@ -20,11 +20,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/jsonscan"
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
@@ -62,14 +64,28 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			s.refuse(w, err)
 			return
 		}
+		pri, err := s.priority(r)
+		if err != nil {
+			s.refuse(w, err)
+			return
+		}
 		t := s.tbl.Load()
+		if err := s.admitEarly(t, pri); err != nil {
+			s.refuse(w, err)
+			return
+		}
 		tokens, tokenized := s.tokens(r.Context(), t, kind, &req)
-		rt, err := s.route(t, r, &req, tokens, tokenized)
+		rt, err := s.route(t, r, &req, tokens, tokenized, pri)
 		if err != nil {
 			s.refuse(w, err)
 			return
 		}
 		s.newExchange(w, r, &req, rt).run(t, rt.decision)
+		if s.admit != nil {
+			// The request has left its engine: what drains the queues, and so prices a
+			// Retry-After.
+			s.admit.Completed(rt.decision.Endpoint, s.now())
+		}
 	}
 }
 
@@ -82,8 +98,8 @@ type routing struct {
 }
 
 // route has the policy pick an engine for the request. When none can take it, the answer is a
-// 503 the client may retry.
-func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint32, tokenized bool) (routing, error) {
+// 503 the client may retry; when admission control sheds it there, a 429.
+func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint32, tokenized bool, pri admission.Priority) (routing, error) {
 	rt := routing{req: s.policyRequest(r, req, tokens, tokenized)}
 	start := s.now()
 	if tokenized && s.index != nil {
@@ -91,9 +107,13 @@ func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint3
 		params := kvindex.KeyParams{LoRAName: req.lora, CacheSalt: req.CacheSalt}
 		rt.keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
 	}
-	rt.decision, rt.gpuHeld = s.decide(t, rt.req, rt.keys)
+	eps := s.endpoints(t)
+	rt.decision, rt.gpuHeld = s.pick(t, eps, rt.req, rt.keys)
 	s.metrics.decisionSeconds.Observe(s.now().Sub(start).Seconds())
 	s.countDecision(rt.decision)
+	if err := s.admitRouted(eps, &rt.decision, rt.req.PromptTokens, pri); err != nil {
+		return rt, err
+	}
 	if rt.decision.Endpoint == "" {
 		s.counters.rejected.Add(1)
 		msg := "no engine is ready"
@@ -133,7 +153,7 @@ func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *infere
 		out = s.policy.Config().DefaultMaxTokens
 	}
 	return &exchange{s: s, w: w, r: r, body: req.body, path: r.URL.Path, stream: req.Stream, keys: rt.keys,
-		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens}
+		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out}
 }
 
 // tokens asks an engine for the request's exact token ids. A failure (or no engine to ask) is
@@ -145,11 +165,16 @@ func (s *Server) tokens(ctx context.Context, t *table, kind apiKind, req *infere
 			return ids, true
 		}
 	}
-	base := s.tokenizeURL(t)
+	engine, base, skipped := s.tokenizeEngine(t)
 	if base == "" {
+		if skipped {
+			// Routed blind for the tokenizers' sake: a tokenize failure like any other.
+			s.tokenizeFailed(errTokenizeSkipped, false)
+		}
 		return nil, false
 	}
 	start := s.now()
+	defer s.outliers.tokenizeStarted(engine, start)()
 	var toks []uint32
 	var err error
 	if kind == kindCompletion {
@@ -178,22 +203,45 @@ func (s *Server) tokens(ctx context.Context, t *table, kind apiKind, req *infere
 	return toks, true
 }
 
-// tokenizeURL picks a ready engine to tokenize on, rotating so the work spreads.
-func (s *Server) tokenizeURL(t *table) string {
+// tokenizeEngine picks an engine to tokenize on, rotating so the work spreads: one that is ready
+// (neither failing its scrapes nor ejected as unresponsive) and whose /tokenize has not just
+// timed out, preferring one without a call that has been in flight for long. A /tokenize that
+// hangs costs its request the whole tokenize timeout, so when no engine qualifies the request is
+// routed by load at once rather than made to wait. It returns the engine's name and URL, and
+// whether a ready engine was skipped for its /tokenize.
+func (s *Server) tokenizeEngine(t *table) (name, url string, skipped bool) {
 	n := len(t.routes)
 	if n == 0 {
-		return ""
+		return "", "", false
 	}
 	now := s.now()
+	// Tokenizing takes milliseconds, and any engine can do it: a call in flight for much longer
+	// says little for sure, but enough to prefer another engine.
+	slow := max(s.cfg.TokenizeTimeout/40, 50*time.Millisecond)
 	first := int(s.tokRR.Add(1) % uint64(n))
 	for i := 0; i < n; i++ {
 		r := &t.routes[(first+i)%n]
-		if ok, _ := s.readiness(r, 0, now); ok {
-			return r.ep.URL
+		if ok, _ := s.readiness(r, s.tracker.Stats(r.name).FailStreak, now); !ok {
+			continue
 		}
+		if s.outliers.tokenizeSkips(r.ep.Name) {
+			skipped = true
+			continue
+		}
+		if s.outliers.tokenizeSlow(r.ep.Name, now, slow) {
+			if url == "" {
+				name, url = r.ep.Name, r.ep.URL // only if every other engine is as slow
+			}
+			continue
+		}
+		return r.ep.Name, r.ep.URL, false
 	}
-	return ""
+	return name, url, skipped
 }
+
+// errTokenizeSkipped is the tokenize failure of a request no engine could tokenize because each
+// ready one's /tokenize had just timed out.
+var errTokenizeSkipped = errors.New("every ready engine's /tokenize timed out moments ago")
 
 func (s *Server) tokenizeFailed(err error, engine bool) {
 	s.counters.tokFailures.Add(1)
@@ -221,6 +269,11 @@ func (s *Server) tokenizeOK() {
 // (kvindex.RequestKeys), nil when it was not tokenized. gpuHeld[i] is the leading blocks of the
 // prompt route i holds on GPU (confirmed), nil without keys.
 func (s *Server) decide(t *table, req policy.Request, keys []kvindex.Key) (d policy.Decision, gpuHeld []int) {
+	return s.pick(t, s.endpoints(t), req, keys)
+}
+
+// endpoints is the policy's snapshot of every route's readiness and load, in t's order.
+func (s *Server) endpoints(t *table) []policy.Endpoint {
 	n := len(t.routes)
 	eps := make([]policy.Endpoint, n)
 	loads := make([]policy.Load, n)
@@ -231,6 +284,13 @@ func (s *Server) decide(t *table, req policy.Request, keys []kvindex.Key) (d pol
 		ready, _ := s.readiness(&t.routes[i], streaks[i], now)
 		eps[i] = policy.Endpoint{Name: t.routes[i].name, Ready: ready, Load: loads[i]}
 	}
+	return eps
+}
+
+// pick adds to eps (endpoints' snapshot) what the index holds of the request and has the policy
+// pick; see decide.
+func (s *Server) pick(t *table, eps []policy.Endpoint, req policy.Request, keys []kvindex.Key) (d policy.Decision, gpuHeld []int) {
+	n := len(t.routes)
 	if req.Tokenized && s.index != nil && len(keys) > 0 {
 		bs := s.blockSize()
 		gpuHeld = make([]int, n)

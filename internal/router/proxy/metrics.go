@@ -30,6 +30,9 @@ type metrics struct {
 	retries          prometheus.Counter
 	upstreamErrors   *prometheus.CounterVec
 	ttft             prometheus.Histogram
+	watchdogFired    *prometheus.CounterVec
+	ejections        *prometheus.CounterVec
+	tokenizeTimeouts *prometheus.CounterVec
 }
 
 func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
@@ -49,19 +52,28 @@ func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
 		tokenizeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_tokenize_failures_total",
 			Help: "Requests routed by load alone because /tokenize failed or timed out."}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
-			Help: "Requests retried on the next-best engine after a connection failure before the first byte."}),
+			Help: "Requests moved to the next-best engine: the connection failed before the request was sent, or the engine sent nothing before it was judged hung."}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_errors_total",
-			Help: "Engine failures by endpoint and stage (connect: before any response; stream: after the first byte)."},
+			Help: "Engine failures by endpoint and stage (connect: before the request was sent; unresponsive: nothing back before the engine was judged hung; response: after the request was sent, before any byte; stream: after the first byte)."},
 			[]string{"endpoint", "stage"}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_time_to_first_byte_seconds",
 			Help:    "Time from dispatch to the engine's first response byte (the first token for streams).",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2.5, 14)}),
+		watchdogFired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_ttfb_watchdog_fired_total",
+			Help: "Requests with no first byte by their TTFB watchdog deadline, by endpoint and verdict (hung: the endpoint sent nothing to anyone either and was ejected; alive: it answered others, the request waited on)."},
+			[]string{"endpoint", "verdict"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_endpoint_ejections_total",
+			Help: "Endpoints taken out of routing as unresponsive, by endpoint and reason (ttfb-timeout, stream-stall, consecutive-failures)."},
+			[]string{"endpoint", "reason"}),
+		tokenizeTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_tokenize_timeouts_total",
+			Help: "/tokenize calls that timed out, by engine (each also counts toward the engine's ejection and has /tokenize skip it for a while)."},
+			[]string{"endpoint"}),
 	}
 	if reg == nil {
 		return m
 	}
 	reg.MustRegister(m.requests, m.decisions, m.decisionSeconds, m.tokenizeSeconds, m.tokenizeFailures,
-		m.retries, m.upstreamErrors, m.ttft, &endpointCollector{s: s})
+		m.retries, m.upstreamErrors, m.ttft, m.watchdogFired, m.ejections, m.tokenizeTimeouts, &endpointCollector{s: s})
 	return m
 }
 
@@ -72,6 +84,8 @@ var (
 		"Uncached prompt tokens this router sent to the endpoint that have no first token yet.", []string{"endpoint"}, nil)
 	descReady = prometheus.NewDesc("kvrouter_endpoint_ready",
 		"1 when the endpoint takes traffic.", []string{"endpoint"}, nil)
+	descSuspect = prometheus.NewDesc("kvrouter_endpoint_suspect",
+		"1 while the endpoint is ejected as unresponsive (it gets no new requests unless every endpoint is).", []string{"endpoint"}, nil)
 	descRouted = prometheus.NewDesc("kvrouter_routed_prompt_tokens_total",
 		"Prompt tokens of tokenized requests routed.", nil, nil)
 	descCached = prometheus.NewDesc("kvrouter_routed_cached_prompt_tokens_total",
@@ -85,6 +99,7 @@ func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descQueued
 	ch <- descReady
+	ch <- descSuspect
 	ch <- descRouted
 	ch <- descCached
 }
@@ -104,6 +119,11 @@ func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), rt.name)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.QueuedPrefillTokens), rt.name)
 		ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, r, rt.name)
+		suspect := 0.0
+		if s.outliers.info(rt.name).ejected {
+			suspect = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSuspect, prometheus.GaugeValue, suspect, rt.name)
 	}
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.counters.promptTokens.Load()))
 	ch <- prometheus.MustNewConstMetric(descCached, prometheus.CounterValue, float64(s.counters.cachedTokens.Load()))

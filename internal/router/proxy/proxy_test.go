@@ -178,8 +178,10 @@ func (x *fakeIndex) RemoveEndpoint(ep string) {
 func (x *fakeIndex) Stats() kvindex.Stats { return kvindex.Stats{Keys: 1} }
 
 type harness struct {
-	srv     *Server
-	http    *httptest.Server
+	srv  *Server
+	http *httptest.Server
+	// admin serves AdminHandler: /v1/status, /v1/autoscale, /metrics.
+	admin   *httptest.Server
 	tracker *loadsignal.Tracker
 }
 
@@ -195,8 +197,9 @@ func newHarness(t *testing.T, cfg Config, idx Index, engines ...*fakeEngine) *ha
 		eps = append(eps, discovery.Endpoint{Name: e.name, URL: e.URL, Ready: true})
 	}
 	s.SetEndpoints(eps)
-	h := &harness{srv: s, tracker: tr, http: httptest.NewServer(s.Handler(nil))}
+	h := &harness{srv: s, tracker: tr, http: httptest.NewServer(s.Handler()), admin: httptest.NewServer(s.AdminHandler(nil))}
 	t.Cleanup(h.http.Close)
+	t.Cleanup(h.admin.Close)
 	return h
 }
 
@@ -512,7 +515,7 @@ func TestStatusAutoscaleReady(t *testing.T) {
 	k := h.tracker.Dispatch("e0", 10, 110)
 	defer k.Done()
 	var a routerapi.Autoscale
-	r, err := http.Get(h.http.URL + "/v1/autoscale")
+	r, err := http.Get(h.admin.URL + "/v1/autoscale")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +525,7 @@ func TestStatusAutoscaleReady(t *testing.T) {
 		t.Fatalf("autoscale %+v", a)
 	}
 	var st routerapi.Status
-	r, _ = http.Get(h.http.URL + "/v1/status")
+	r, _ = http.Get(h.admin.URL + "/v1/status")
 	_ = json.NewDecoder(r.Body).Decode(&st)
 	r.Body.Close()
 	if len(st.Endpoints) != 1 || st.Endpoints[0].Engine == nil || st.Endpoints[0].Engine.Waiting != 2 ||

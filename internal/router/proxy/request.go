@@ -52,15 +52,22 @@ type inference struct {
 	authorization string
 }
 
-// maxTokens is the request's output limit, 0 when it sets none.
+// maxCountedTokens bounds the output limit the router prices a request at. The engine refuses
+// a limit past its context (a 400 the client sees); the router only adds the limit into the work
+// it keeps per engine, where a limit near 2^63 would wrap the sums negative while the request is
+// in flight. No model's context comes near 2^24 tokens.
+const maxCountedTokens = 1 << 24
+
+// maxTokens is the request's output limit, 0 when it sets none, at most maxCountedTokens.
 func (req *inference) maxTokens() int {
+	n := 0
 	switch {
 	case req.MaxCompletionTokens != nil:
-		return *req.MaxCompletionTokens
+		n = *req.MaxCompletionTokens
 	case req.MaxTokens != nil:
-		return *req.MaxTokens
+		n = *req.MaxTokens
 	}
-	return 0
+	return min(n, maxCountedTokens)
 }
 
 // receiveBody reads the request body. A client trickling its body (slowloris) would hold the

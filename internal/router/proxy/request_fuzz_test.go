@@ -104,7 +104,7 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add(byte(1), []byte(s))
 	}
 	s := New(Config{Model: "m"}, logr.Discard(), nil, nil, loadsignal.NewTracker(), prometheus.NewRegistry())
-	h := s.Handler(nil)
+	h := s.Handler()
 	f.Fuzz(func(t *testing.T, k byte, body []byte) {
 		kind, path := kindCompletion, "/v1/completions"
 		if k%2 == 1 {

@@ -16,8 +16,8 @@ limitations under the License.
 
 // Package proxy is the router's data plane: an OpenAI-compatible reverse proxy that tokenizes
 // each request on an engine, looks its prefix up in the index, asks the policy for an engine,
-// and streams the answer back, plus the router's own endpoints (/health, /ready, /metrics,
-// /v1/models, /v1/status, /v1/autoscale).
+// and streams the answer back, plus the router's own endpoints: /health, /ready and /v1/models on
+// the public handler, /metrics, /v1/status and /v1/autoscale on the admin handler.
 package proxy
 
 import (
@@ -33,6 +33,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/discovery"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/kvstream"
@@ -97,6 +98,38 @@ type Config struct {
 	TokenizeCache   int
 	// Auth: the keys clients must present and the key the engines require (see auth.go).
 	Auth Auth
+	// ReadyGate, when set, holds /ready at 503 while it answers false, with its reason: the
+	// router uses it so that a restarted replica takes no traffic before its index has replayed
+	// the engines' buffers (a cold index routes every prompt as if nothing were cached).
+	ReadyGate func() (ready bool, reason string)
+	// TTFBWatchdogFactor, TTFBWatchdogFloor and TTFBWatchdogCap set the time-to-first-byte
+	// watchdog (watchdog.go): a request with no byte from its engine within Factor × the
+	// policy's predicted TTFT for it (a whole answer: plus Factor × its expected decode time),
+	// but at least Floor and at most Cap, has its engine ejected if that engine sent nothing to
+	// anyone meanwhile, and moves to the next-best engine. Defaults 4, 2 s, 1 min; a negative
+	// factor turns the watchdog off.
+	TTFBWatchdogFactor float64
+	TTFBWatchdogFloor  time.Duration
+	TTFBWatchdogCap    time.Duration
+	// OutlierConsecutiveFailures: this many failures of an engine in a row after it accepted
+	// the request (a reset before the answer, a stream cut, a /tokenize timeout) eject it.
+	// Default 5; negative: never.
+	OutlierConsecutiveFailures int
+	// OutlierEjectionBase and OutlierEjectionMax: an ejected engine is kept out for Base,
+	// doubled for each ejection that follows within 2 × Max of the last, at most Max, and
+	// after that until a probe (GET /health) answers. Defaults 2 s and 1 min. /tokenize skips
+	// an engine whose /tokenize timed out on the same terms.
+	OutlierEjectionBase time.Duration
+	OutlierEjectionMax  time.Duration
+	// OutlierProbeInterval is the wait between failed probes (default 500 ms);
+	// OutlierProbeTimeout bounds one (default 1 s).
+	OutlierProbeInterval time.Duration
+	OutlierProbeTimeout  time.Duration
+	// Admission bounds the engines' queues: beyond them requests get a fast 429 (see package
+	// admission; the zero value is its defaults). DisableAdmission turns it off: every request
+	// is forwarded and waits in the engines' queues.
+	Admission        admission.Config
+	DisableAdmission bool
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +162,34 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TokenizeCache == 0 {
 		c.TokenizeCache = 4 << 20
+	}
+	if c.TTFBWatchdogFactor == 0 {
+		c.TTFBWatchdogFactor = 4
+	}
+	if c.TTFBWatchdogFloor <= 0 {
+		// Below the deadline the policy prices, a margin for what it cannot see: an engine's
+		// tokenizer or scheduler slower than its fit, a first request after an idle spell.
+		c.TTFBWatchdogFloor = 2 * time.Second
+	}
+	if c.TTFBWatchdogCap <= 0 {
+		c.TTFBWatchdogCap = time.Minute
+	}
+	c.TTFBWatchdogCap = max(c.TTFBWatchdogCap, c.TTFBWatchdogFloor)
+	if c.OutlierConsecutiveFailures == 0 {
+		c.OutlierConsecutiveFailures = 5
+	}
+	if c.OutlierEjectionBase <= 0 {
+		c.OutlierEjectionBase = 2 * time.Second
+	}
+	if c.OutlierEjectionMax <= 0 {
+		c.OutlierEjectionMax = time.Minute
+	}
+	c.OutlierEjectionMax = max(c.OutlierEjectionMax, c.OutlierEjectionBase)
+	if c.OutlierProbeInterval <= 0 {
+		c.OutlierProbeInterval = 500 * time.Millisecond
+	}
+	if c.OutlierProbeTimeout <= 0 {
+		c.OutlierProbeTimeout = time.Second
 	}
 	return c
 }
@@ -167,6 +228,8 @@ type Server struct {
 
 	healthMu  sync.Mutex
 	downUntil map[string]time.Time
+	// outliers are the routes that accept connections but stopped answering (outlier.go).
+	outliers *outliers
 
 	models *modelCache
 
@@ -174,6 +237,9 @@ type Server struct {
 	counters counters
 	routed   routedWindowSamples
 	metrics  *metrics
+
+	admit      *admission.Controller // nil: admission control off
+	shedMetric *prometheus.CounterVec
 
 	degMu        sync.Mutex
 	tokFailSince time.Time // start of the current run of tokenizer failures (zero: healthy)
@@ -193,6 +259,15 @@ type counters struct {
 // reg receives the router's metrics.
 func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker *loadsignal.Tracker, reg prometheus.Registerer) *Server {
 	cfg = cfg.withDefaults()
+	var admit *admission.Controller
+	if !cfg.DisableAdmission {
+		admit = admission.New(cfg.Admission, time.Now())
+		if b := admit.Config().TTFTBound; b > 0 && cfg.Policy.TargetTTFT == 0 {
+			// A prefix holder predicted past the bound would have the request shed; any
+			// faster engine is better than that, whatever the recompute costs.
+			cfg.Policy.TargetTTFT = b.Seconds()
+		}
+	}
 	transport := &http.Transport{
 		Proxy:                 nil, // engines are reached directly, never through an environment proxy
 		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -217,9 +292,12 @@ func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker
 	s.counters.decisions = make(map[string]uint64)
 	// Tokenize calls are short; they get their own pool so a slow stream never starves them.
 	s.tok = tokenize.New(&http.Client{Transport: transport.Clone()}, cfg.TokenizeTimeout, cfg.TokenizeCache)
+	s.tok.OnCall(s.tokenizeCalled)
 	s.models = newModelCache(s)
 	s.tbl.Store(&table{bySrc: map[kvindex.SourceID]int{}, byName: map[string]int{}})
 	s.metrics = newMetrics(s, reg)
+	s.outliers = s.newOutliers()
+	s.admit, s.shedMetric = admit, newShedMetric(reg)
 	return s
 }
 
@@ -248,6 +326,11 @@ func (s *Server) SetEndpoints(eps []discovery.Endpoint) {
 		t.byName[r.name] = i
 	}
 	old := s.tbl.Swap(t)
+	routes, engines := map[string]bool{}, map[string]bool{}
+	for _, r := range t.routes {
+		routes[r.name], engines[r.ep.Name] = true, true
+	}
+	s.outliers.retain(routes, engines)
 	gone := map[string]bool{}
 	for _, r := range old.routes {
 		if _, ok := t.byName[r.name]; !ok {
@@ -255,6 +338,9 @@ func (s *Server) SetEndpoints(eps []discovery.Endpoint) {
 			s.policyMu.Lock()
 			s.policy.Forget(r.name)
 			s.policyMu.Unlock()
+			if s.admit != nil {
+				s.admit.Forget(r.name)
+			}
 			gone[r.ep.Name] = true
 		}
 	}
@@ -286,8 +372,39 @@ func (s *Server) ScrapeTargets() []loadsignal.Target {
 	return out
 }
 
-// readiness says whether a route takes traffic now, and if not, why.
+// readiness says whether a route takes traffic now, and if not, why. An ejected route does not,
+// unless no route that is otherwise ready is free of suspicion: then suspects are all there is.
 func (s *Server) readiness(r *route, failStreak int, now time.Time) (bool, string) {
+	if ok, why := s.baseReadiness(r, failStreak, now); !ok {
+		return false, why
+	}
+	if s.outliers.isEjected(r.name) && s.anotherRoutable(r, now) {
+		return false, "suspect"
+	}
+	if s.outliers.onProbation(r.name) && s.tracker.Stats(r.name).InFlight > 0 && s.anotherRoutable(r, now) {
+		return false, "probation"
+	}
+	return true, ""
+}
+
+// anotherRoutable reports whether some route other than r is ready and not ejected. It runs
+// only while r is ejected, which is rare, so it pays for a scan of the table.
+func (s *Server) anotherRoutable(r *route, now time.Time) bool {
+	t := s.tbl.Load()
+	for i := range t.routes {
+		o := &t.routes[i]
+		if o.name == r.name || s.outliers.isEjected(o.name) {
+			continue
+		}
+		if ok, _ := s.baseReadiness(o, s.tracker.Stats(o.name).FailStreak, now); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// baseReadiness is readiness without the outlier ejections.
+func (s *Server) baseReadiness(r *route, failStreak int, now time.Time) (bool, string) {
 	if !r.ep.Ready {
 		return false, "discovery"
 	}

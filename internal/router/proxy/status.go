@@ -28,29 +28,46 @@ import (
 	"github.com/kvrouter/kvrouter/internal/routerapi"
 )
 
-// Handler returns the router's HTTP handler. metricsHandler serves /metrics.
-func (s *Server) Handler(metricsHandler http.Handler) http.Handler {
+// Handler returns the router's public HTTP handler: inference, the model list and the kubelet's
+// probes. What describes the fleet (metrics, /v1/status, /v1/autoscale) is on AdminHandler only,
+// so that a Gateway or Service that exposes this port to clients exposes nothing else.
+func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleInference(kindCompletion))
 	mux.HandleFunc("POST /v1/chat/completions", s.handleInference(kindChat))
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /ready", s.handleReady)
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
-	mux.HandleFunc("GET /v1/autoscale", s.handleAutoscale)
 	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", http.MethodPost)
 			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", r.Method+" is not allowed; use POST", "")
 		})
 	}
+	mux.HandleFunc("/", noRoute)
+	return s.requireKey(mux)
+}
+
+// AdminHandler returns the handler of the router's admin listener: /metrics (metricsHandler,
+// when not nil), /v1/status (the operator's status poller), /v1/autoscale (KEDA), and the probes
+// again so that the admin port can be checked on its own. It asks for no client key: those
+// readers carry none, and the admin port is meant to be reachable only by them (the rendered
+// NetworkPolicy). Nothing on it carries prompts or outputs.
+func (s *Server) AdminHandler(metricsHandler http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/autoscale", s.handleAutoscale)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /ready", s.handleReady)
 	if metricsHandler != nil {
 		mux.Handle("GET /metrics", metricsHandler)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), "")
-	})
-	return s.requireKey(mux)
+	mux.HandleFunc("/", noRoute)
+	return mux
+}
+
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path), "")
 }
 
 func (s *Server) readyCount() int {
@@ -71,6 +88,12 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.readyCount() == 0 {
 		http.Error(w, "no engine is ready", http.StatusServiceUnavailable)
 		return
+	}
+	if g := s.cfg.ReadyGate; g != nil {
+		if ok, why := g(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
@@ -139,6 +162,12 @@ func (s *Server) Status() routerapi.Status {
 			InFlight: ls.InFlight, QueuedPrefillTokens: ls.QueuedPrefillTokens, TokensInFlight: ls.TokensInFlight}
 		if ready {
 			st.ReadyEndpoints++
+		}
+		if o := s.outliers.info(rt.name); o.ejections > 0 {
+			e.Ejections = o.ejections
+			if o.ejected {
+				e.Suspect = &routerapi.Suspect{Reason: o.reason, Since: o.since, ProbeAfter: o.until}
+			}
 		}
 		if ls.Scraped {
 			m := ls.Metrics
@@ -233,6 +262,7 @@ func (s *Server) Status() routerapi.Status {
 		st.Index = &routerapi.IndexStats{Keys: is.Keys, Entries: is.Entries, Sources: is.Sources,
 			Predicted: is.Predicted, Evictions: is.Evictions}
 	}
+	st.Admission = s.admissionStatus(t)
 	return st
 }
 
@@ -256,6 +286,8 @@ func (s *Server) Autoscale() routerapi.Autoscale {
 			a.WaitingRequests += int(ls.Metrics.Waiting)
 		}
 	}
+	a.ShedRequests = s.recentShed()
+	a.WaitingRequests += a.ShedRequests
 	return a
 }
 

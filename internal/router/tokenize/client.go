@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -81,6 +82,7 @@ type Client struct {
 	http    *http.Client
 	timeout time.Duration
 	group   singleflight.Group
+	onCall  func(baseURL string, err error)
 
 	mu     sync.Mutex
 	budget int // tokens the cache may hold in all
@@ -107,6 +109,11 @@ func New(httpClient *http.Client, timeout time.Duration, cacheTokens int) *Clien
 	return &Client{http: httpClient, timeout: timeout, budget: cacheTokens, ll: list.New(),
 		items: make(map[uint64]*list.Element)}
 }
+
+// OnCall has fn told the outcome of every call that reached an engine: once per call, however
+// many requests share it, and never for an answer from the cache. The router holds timeouts
+// against the engine that timed out. Set it before the first call.
+func (c *Client) OnCall(fn func(baseURL string, err error)) { c.onCall = fn }
 
 // The token slices returned may be shared with the cache and with concurrent callers: read only.
 
@@ -153,6 +160,14 @@ func (c *Client) doSpliced(ctx context.Context, baseURL, auth string, r any, key
 // ErrTokenize wraps every failure (unreachable engine, timeout, non-200, bad body).
 var ErrTokenize = errors.New("tokenize")
 
+// IsTimeout reports whether a call failed because the engine did not answer within the
+// client's timeout: an engine that accepts the call and says nothing, which the router holds
+// against the engine, unlike a refusal or an error answer.
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 func (c *Client) do(ctx context.Context, baseURL, auth string, r any) ([]uint32, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -182,6 +197,9 @@ func (c *Client) send(ctx context.Context, baseURL, auth string, body []byte) ([
 		if err == nil {
 			c.put(key, toks)
 		}
+		if c.onCall != nil {
+			c.onCall(baseURL, err)
+		}
 		return toks, err
 	})
 	if err != nil {
@@ -201,7 +219,7 @@ func (c *Client) call(ctx context.Context, baseURL, auth string, body []byte) ([
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTokenize, err)
+		return nil, fmt.Errorf("%w: %w", ErrTokenize, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -223,7 +241,7 @@ func (c *Client) call(ctx context.Context, baseURL, auth string, body []byte) ([
 	}()
 	buf.Reset()
 	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, 64<<20)); err != nil {
-		return nil, fmt.Errorf("%w: read response from %s: %v", ErrTokenize, baseURL, err)
+		return nil, fmt.Errorf("%w: read response from %s: %w", ErrTokenize, baseURL, err)
 	}
 	out, err := decodeResponse(buf.Bytes())
 	if err != nil {

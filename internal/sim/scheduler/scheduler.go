@@ -133,7 +133,9 @@ func (s *Scheduler) Add(r *Request) error {
 	if need > s.cache.NumBlocks() {
 		return fmt.Errorf("request %s: prompt needs %d KV blocks, the cache has %d", r.ID, need, s.cache.NumBlocks())
 	}
-	r.tokens = append(make([]uint32, 0, len(r.Prompt)+r.MaxTokens), r.Prompt...)
+	// The request ends at MaxTokens outputs or at MaxModelLen tokens: the second bounds the
+	// buffer whatever MaxTokens says (a client may send 2^63-1).
+	r.tokens = append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, s.cfg.MaxModelLen-len(r.Prompt))), r.Prompt...)
 	r.Status = Waiting
 	s.waiting = append(s.waiting, r)
 	return nil

@@ -49,14 +49,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
-	mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
 	mux.HandleFunc("GET /kv_event_sources", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"sources": s.opt.KVEventSources})
 	})
-	mux.HandleFunc("GET /sim/faults", s.handleGetFaults)
-	mux.HandleFunc("POST /sim/faults", s.handleSetFaults)
-	mux.HandleFunc("GET /sim/stats", s.handleStats)
-	mux.HandleFunc("GET /sim/cache", s.handleCache)
+	if s.opt.ResetPrefixCache || s.opt.SimAPI {
+		mux.HandleFunc("POST /reset_prefix_cache", s.handleReset)
+	}
+	if s.opt.SimAPI {
+		mux.HandleFunc("GET /sim/faults", s.handleGetFaults)
+		mux.HandleFunc("POST /sim/faults", s.handleSetFaults)
+		mux.HandleFunc("GET /sim/stats", s.handleStats)
+		mux.HandleFunc("GET /sim/cache", s.handleCache)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
 	return requireAPIKey(apikey.NewSet(s.opt.APIKeys), mux)
 }

@@ -61,6 +61,10 @@ type Settings struct {
 	DropBatches      int
 	RestartEvery     time.Duration
 	LogLevel         slog.Level
+	// SimAPI serves /sim/* and /reset_prefix_cache (--enable-sim-api); DevMode serves
+	// /reset_prefix_cache alone, as vLLM does with VLLM_SERVER_DEV_MODE=1.
+	SimAPI  bool
+	DevMode bool
 	// IgnoredFlags are the vLLM flags the simulator does not model, names only (see scan).
 	IgnoredFlags []string
 
@@ -204,6 +208,9 @@ var flagTable = []flagDef{
 		set: func(s *Settings, v value) error { s.Faults.ReplayDown = v.on; return nil }},
 	{name: "fault-restart-every", sim: true, kind: durationKind, arg: "D", help: "restart each engine every D (sequence back to 0, cache empty)",
 		set: func(s *Settings, v value) error { s.RestartEvery = v.dur; return nil }},
+	{name: "enable-sim-api", sim: true, kind: boolKind,
+		help: "serve /sim/faults, /sim/stats, /sim/cache and /reset_prefix_cache (for tests;\noff by default, as a deployed engine has none of them)",
+		set:  func(s *Settings, v value) error { s.SimAPI = v.on; return nil }},
 	{name: "log-level", sim: true, kind: stringKind, def: "info", arg: "L", help: "debug | info | warn | error (default info)",
 		set: func(s *Settings, v value) error {
 			if err := s.LogLevel.UnmarshalText([]byte(v.str)); err != nil {
@@ -333,6 +340,8 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 	if k, _ := lookupEnv("VLLM_API_KEY"); len(s.APIKeys) == 0 && k != "" {
 		s.APIKeys = []string{k}
 	}
+	dev, _ := lookupEnv("VLLM_SERVER_DEV_MODE")
+	s.DevMode = dev == "1"
 	ints, _ := lookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES")
 	s.IntHashes = ints != "0"
 	switch {
@@ -356,13 +365,14 @@ vLLM flags (same meaning as vllm serve):
 `
 
 const usageVLLMNotes = `Environment: PYTHONHASHSEED (hash seed; unset = random), VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (1 = int
-hashes, default; 0 = bytes), VLLM_API_KEY (the key when --api-key is not given).
+hashes, default; 0 = bytes), VLLM_API_KEY (the key when --api-key is not given), VLLM_SERVER_DEV_MODE
+(1 = serve POST /reset_prefix_cache, as vLLM does only in dev mode).
 Other vLLM flags are accepted and ignored with one warning.
 
 Simulator flags:
 `
 
-const usageSimNotes = "Faults can also be changed at run time: POST /sim/faults.\n"
+const usageSimNotes = "Faults can also be changed at run time: POST /sim/faults (with --enable-sim-api).\n"
 
 // helpColumn is where a row's help text starts, after the two-space indent.
 const helpColumn = 30

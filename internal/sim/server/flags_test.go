@@ -146,6 +146,7 @@ func TestFlagDefaults(t *testing.T) {
 		{"encoding", s.Encoding, kvpublish.Map}, {"int hashes", s.IntHashes, true}, {"legacy replay", s.LegacyReplay, false},
 		{"engines", s.Engines, 1}, {"stride", s.PortStride, 2}, {"faults", s.Faults, Faults{}}, {"drop", s.DropBatches, 0},
 		{"restart", s.RestartEvery, time.Duration(0)}, {"log level", s.LogLevel, slog.LevelInfo}, {"ignored", s.IgnoredFlags, []string(nil)},
+		{"sim api", s.SimAPI, false}, {"dev mode", s.DevMode, false},
 	} {
 		if !reflect.DeepEqual(x.got, x.want) {
 			t.Errorf("%s: %#v, want %#v", x.name, x.got, x.want)
@@ -202,6 +203,7 @@ func TestEveryFlag(t *testing.T) {
 		{[]string{"--fault-tokenize-fail-fraction", "1"}, func(s *Settings) any { return s.Faults.TokenizeFailFraction }, 1.0},
 		{[]string{"--fault-replay-down"}, func(s *Settings) any { return s.Faults.ReplayDown }, true},
 		{[]string{"--fault-restart-every", "1m"}, func(s *Settings) any { return s.RestartEvery }, time.Minute},
+		{[]string{"--enable-sim-api"}, func(s *Settings) any { return []bool{s.SimAPI, s.DevMode} }, []bool{true, false}},
 		{[]string{"--log-level", "debug"}, func(s *Settings) any { return s.LogLevel }, slog.LevelDebug},
 		{[]string{"--log_level=WARN"}, func(s *Settings) any { return s.LogLevel }, slog.LevelWarn},
 	}
@@ -287,12 +289,12 @@ func TestScanForms(t *testing.T) {
 }
 
 func TestEnvironment(t *testing.T) {
-	s, err := ParseFlags(nil, env("PYTHONHASHSEED", "42", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0"))
+	s, err := ParseFlags(nil, env("PYTHONHASHSEED", "42", "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0", "VLLM_SERVER_DEV_MODE", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Engine.HashSeed == nil || *s.Engine.HashSeed != "42" || s.IntHashes {
-		t.Errorf("seed %v, int hashes %v", s.Engine.HashSeed, s.IntHashes)
+	if s.Engine.HashSeed == nil || *s.Engine.HashSeed != "42" || s.IntHashes || !s.DevMode || s.SimAPI {
+		t.Errorf("seed %v, int hashes %v, dev mode %v, sim api %v", s.Engine.HashSeed, s.IntHashes, s.DevMode, s.SimAPI)
 	}
 }
 

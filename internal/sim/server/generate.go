@@ -17,8 +17,11 @@ limitations under the License.
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
 	"net/http"
 	"time"
 
@@ -33,7 +36,7 @@ type streamOptions struct {
 // temperature, top_p and friends are accepted and ignored.
 type commonParams struct {
 	Model         string          `json:"model"`
-	MaxTokens     *int            `json:"max_tokens"`
+	MaxTokens     json.RawMessage `json:"max_tokens"`
 	Stream        bool            `json:"stream"`
 	StreamOptions *streamOptions  `json:"stream_options"`
 	Seed          *int64          `json:"seed"`
@@ -53,8 +56,8 @@ type generateRequest interface {
 	// promptTokens is the prompt the engine runs: the completions prompt, or the chat messages
 	// through the chat template.
 	promptTokens(s *Server) ([]uint32, error)
-	// maxTokens is the requested completion length; nil when the request sets none.
-	maxTokens() *int
+	// maxTokens is the requested completion length as sent; nil when the request sets none.
+	maxTokens() json.RawMessage
 	chat() bool
 }
 
@@ -67,17 +70,17 @@ func (r *completionRequest) promptTokens(s *Server) ([]uint32, error) {
 	return s.encodePrompt(r.Prompt)
 }
 
-func (r *completionRequest) maxTokens() *int { return r.MaxTokens }
+func (r *completionRequest) maxTokens() json.RawMessage { return r.MaxTokens }
 
 func (r *completionRequest) chat() bool { return false }
 
 type chatRequest struct {
 	commonParams
-	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
-	ContinueFinal       bool          `json:"continue_final_message"`
-	AddSpecialTokens    *bool         `json:"add_special_tokens"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	ContinueFinal       bool            `json:"continue_final_message"`
+	AddSpecialTokens    *bool           `json:"add_special_tokens"`
 }
 
 func (r *chatRequest) promptTokens(s *Server) ([]uint32, error) {
@@ -85,8 +88,8 @@ func (r *chatRequest) promptTokens(s *Server) ([]uint32, error) {
 }
 
 // maxTokens prefers max_completion_tokens, OpenAI's replacement for the deprecated max_tokens.
-func (r *chatRequest) maxTokens() *int {
-	if r.MaxCompletionTokens != nil {
+func (r *chatRequest) maxTokens() json.RawMessage {
+	if r.MaxCompletionTokens != nil && string(r.MaxCompletionTokens) != "null" {
 		return r.MaxCompletionTokens
 	}
 	return r.MaxTokens
@@ -156,7 +159,7 @@ func (s *Server) decodeJob(r *http.Request, req generateRequest) (*job, error) {
 	return s.prepare(req.params(), prompt, req.maxTokens(), lora, req.chat())
 }
 
-func (s *Server) prepare(p *commonParams, prompt []uint32, maxTokens *int, lora string, chat bool) (*job, error) {
+func (s *Server) prepare(p *commonParams, prompt []uint32, maxTokens json.RawMessage, lora string, chat bool) (*job, error) {
 	if p.N != nil && *p.N != 1 {
 		return nil, badRequest("vllm-sim supports n=1 only")
 	}
@@ -169,15 +172,22 @@ func (s *Server) prepare(p *commonParams, prompt []uint32, maxTokens *int, lora 
 	reason := "length"
 	var n int
 	switch {
-	case maxTokens != nil:
-		n = *maxTokens
-		if n < 1 {
-			return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens", msg: fmt.Sprintf("max_tokens must be at least 1, got %d.", n)}
+	case maxTokens != nil && string(maxTokens) != "null":
+		v, err := parseMaxTokens(maxTokens)
+		if err != nil {
+			return nil, err
 		}
-		if len(prompt)+n > maxLen {
+		if v.Sign() < 1 {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens", msg: fmt.Sprintf("max_tokens must be at least 1, got %d.", v)}
+		}
+		// Compared in arbitrary precision, as vLLM's Python does: len(prompt)+n in an int
+		// wraps for n near 2^63 and would let the request through.
+		if v.Cmp(big.NewInt(int64(maxLen-len(prompt)))) > 0 {
+			total := new(big.Int).Add(v, big.NewInt(int64(len(prompt))))
 			return nil, &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens",
-				msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", maxLen, len(prompt)+n, len(prompt), n)}
+				msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", maxLen, total, len(prompt), v)}
 		}
+		n = int(v.Int64())
 	case chat:
 		// No limit: the simulated model stops on its own after a seed-determined length.
 		n, reason = min(naturalLength(seed), maxLen-len(prompt)), "stop"
@@ -376,4 +386,53 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, f *fligh
 			return
 		}
 	}
+}
+
+// maxDigits bounds the integer literals parseMaxTokens reads exactly: anything longer is over any
+// context length, and parsing megabytes of digits would be a poison request of its own.
+const maxDigits = 40
+
+// parseMaxTokens reads max_tokens (or max_completion_tokens) as vLLM's request model does after
+// Python's json: an integer literal of any size, or a float (1e9, 8.0) when it has no fractional
+// part. Anything else is a 400 naming the field.
+func parseMaxTokens(raw json.RawMessage) (*big.Int, error) {
+	bad := func(why string) error {
+		return &apiError{status: http.StatusBadRequest, typ: "BadRequestError", param: "max_tokens",
+			msg: fmt.Sprintf("max_tokens: %s, got %.40s", why, raw)}
+	}
+	var num json.Number
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&num); err != nil || num == "" {
+		return nil, bad("Input should be a valid integer")
+	}
+	lit := num.String()
+	if !bytes.ContainsAny([]byte(lit), ".eE") { // an integer literal: Python reads it exactly
+		digits := len(lit)
+		if lit[0] == '-' {
+			digits--
+		}
+		if digits > maxDigits {
+			v := new(big.Int).Exp(big.NewInt(10), big.NewInt(maxDigits), nil)
+			if lit[0] == '-' {
+				v.Neg(v)
+			}
+			return v, nil
+		}
+		v, ok := new(big.Int).SetString(lit, 10)
+		if !ok {
+			return nil, bad("Input should be a valid integer")
+		}
+		return v, nil
+	}
+	// A float, as Python's json reads it: a double, rounded the same way.
+	f, err := num.Float64()
+	switch {
+	case err != nil || math.IsInf(f, 0) || math.IsNaN(f):
+		return nil, bad("Input should be a finite number")
+	case f != math.Trunc(f):
+		return nil, bad("Input should be a valid integer, got a number with a fractional part")
+	}
+	v, _ := big.NewFloat(f).Int(nil)
+	return v, nil
 }

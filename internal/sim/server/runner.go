@@ -58,6 +58,13 @@ type Options struct {
 	// APIKeys, when any, are required as "Authorization: Bearer <key>" on every route but
 	// /health, /ping, /load, /version and /metrics (vLLM's --api-key, VLLM_API_KEY).
 	APIKeys []string
+	// SimAPI serves the simulator's own /sim/faults, /sim/stats and /sim/cache, and
+	// /reset_prefix_cache (--enable-sim-api). Off, as a deployed engine has no such routes:
+	// anyone who reaches the port could inject faults or read the cache's contents.
+	SimAPI bool
+	// ResetPrefixCache serves POST /reset_prefix_cache, which vLLM serves only in its dev mode
+	// (VLLM_SERVER_DEV_MODE=1); SimAPI turns it on too.
+	ResetPrefixCache bool
 }
 
 // KVEventSource is one entry of GET /kv_event_sources.
@@ -245,7 +252,7 @@ func (s *Server) deliver(res engine.StepResult) {
 			s.met.observeFinished(t.Req, f.reason)
 			delete(s.inflight, t.Req)
 		}
-		// The channel holds MaxTokens deliveries, so this never blocks the engine.
+		// The channel holds every delivery the request can get, so this never blocks the engine.
 		f.ch <- delivery{token: t.ID, first: t.First, last: t.Last, cached: t.Req.CachedTokens()}
 	}
 }
@@ -262,7 +269,10 @@ func (s *Server) submit(r *engine.Request, reason string) (*flight, error) {
 	if err := s.eng.Submit(r); err != nil {
 		return nil, err
 	}
-	f := &flight{ch: make(chan delivery, r.MaxTokens+1), reason: reason}
+	// The engine stops a request at MaxTokens outputs or at the context length, whichever comes
+	// first; sizing by the second keeps a huge MaxTokens from sizing the channel.
+	deliveries := min(r.MaxTokens, s.eng.Config().MaxModelLen-len(r.Prompt))
+	f := &flight{ch: make(chan delivery, deliveries+1), reason: reason}
 	s.inflight[r] = f
 	s.met.waiting.With(s.met.labels).Set(float64(s.eng.Stats().Waiting))
 	select {

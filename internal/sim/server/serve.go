@@ -70,7 +70,7 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 		opt := Options{
 			ServedModelNames: s.ServedModelNames, ModelPath: s.Model, LoRAModules: s.LoRAModules, TimeScale: s.TimeScale,
 			PrefixCaching: s.PrefixCaching, HashAlgo: s.Engine.HashAlgo, Tokenizer: tok, Faults: s.Faults,
-			Logger: log.With("engine", i), APIKeys: s.APIKeys,
+			Logger: log.With("engine", i), APIKeys: s.APIKeys, SimAPI: s.SimAPI, ResetPrefixCache: s.DevMode,
 		}
 		if s.KVEvents.Enabled() {
 			pub, src, err := openPublisher(s, i, log.With("engine", i))

@@ -43,8 +43,9 @@ func start(t *testing.T, mutate func(*engine.Config, *Options)) fixture {
 	t.Helper()
 	seed := "0"
 	cfg := engine.Config{Profile: timing.ForModel("llama-8b", 1), HashAlgo: blockhash.SHA256CBOR, HashSeed: &seed, MaxModelLen: 4096}
+	// SimAPI: the tests drive faults and read the cache through /sim/*.
 	opt := Options{ServedModelNames: []string{"sim-model"}, ModelPath: "org/sim-model", TimeScale: 1000, PrefixCaching: true,
-		HashAlgo: blockhash.SHA256CBOR, LoRAModules: map[string]string{"adapter": "/lora/adapter"}}
+		HashAlgo: blockhash.SHA256CBOR, LoRAModules: map[string]string{"adapter": "/lora/adapter"}, SimAPI: true}
 	if mutate != nil {
 		mutate(&cfg, &opt)
 	}
