@@ -21,8 +21,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,9 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kvrouter/kvrouter/test/fleettest"
 	"github.com/kvrouter/kvrouter/test/rbacaudit"
 )
 
@@ -47,37 +43,13 @@ import (
 // the metrics. The API server's audit log then shows that the manager created the TokenReviews
 // and SubjectAccessReviews that its ClusterRole grants for this, and was refused nothing.
 func TestEnvtestManagerSecureMetrics(t *testing.T) {
-	if os.Getenv(inOwnProcess) == "" {
-		// runManager registers the controller under its name, which a process allows once.
-		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
-		cmd.Env = append(os.Environ(), inOwnProcess+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-			t.Fatalf("%v:\n%s", err, out)
-		}
+	if !inOwnTestProcess(t) {
 		return
 	}
 	const user, ns = "kvrouter-manager-under-test", "monitoring"
-	root, env := bareControlPlane(t)
-	auditLog, err := rbacaudit.Enable(env, t.TempDir(), user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			if err := env.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer stop()
-	admin, err := kubernetes.NewForConfig(cfg)
+	cp := startAuditedControlPlane(t, user)
+	root := cp.root
+	admin, err := kubernetes.NewForConfig(cp.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,34 +94,9 @@ func TestEnvtestManagerSecureMetrics(t *testing.T) {
 	prometheus, stranger := token("prometheus"), token("stranger")
 	bind("prometheus-reads-kvrouter-metrics", reader.Name, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns})
 
-	operator, err := env.AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := operator.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stderr fleettest.SyncBuffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("manager output:\n%s", stderr.String())
-		}
-	})
 	metricsAddr := freeAddr(t)
-	c, err := parseFlags([]string{"--kubeconfig", kubeconfigPath, "--metrics-bind-address", metricsAddr,
-		"--health-probe-bind-address", freeAddr(t)}, &stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() { exit <- runManager(mctx, c, &stderr) }()
+	m := startManager(t, "--kubeconfig", cp.userKubeconfig(t), "--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", freeAddr(t))
 
 	// The certificate is self-signed at start: what is checked here is who may read, not the
 	// certificate.
@@ -205,25 +152,9 @@ func TestEnvtestManagerSecureMetrics(t *testing.T) {
 		t.Errorf("plain HTTP served the metrics: %.200s", body)
 	}
 
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("manager exited with %d:\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("manager did not stop within 30s of cancellation")
-	}
-	stop()
-	reqs, err := rbacaudit.Read(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	isManager := func(r rbacaudit.Request) bool { return r.User == user }
-	for _, r := range rbacaudit.Refused(reqs, isManager) {
-		t.Errorf("the API server refused the manager %s in %q: config/rbac lacks it", r.Permission, r.Namespace)
-	}
-	used := rbacaudit.Used(reqs, isManager)
+	m.stop(t)
+	reqs := cp.auditedRequests(t)
+	used := rbacaudit.Used(reqs, cp.isUser)
 	for _, p := range []rbacaudit.Permission{
 		{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"},
 		{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"},

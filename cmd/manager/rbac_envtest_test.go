@@ -20,11 +20,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +34,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/operator/controller"
-	"github.com/kvrouter/kvrouter/test/fleettest"
 	"github.com/kvrouter/kvrouter/test/rbacaudit"
 )
 
@@ -48,42 +44,16 @@ import (
 // leader-election Role. The controller's own permissions are checked the same way, over far
 // more behaviour, by internal/operator/controller's suite (rbac_test.go).
 func TestEnvtestManagerLeaderElectionRBAC(t *testing.T) {
-	if os.Getenv(inOwnProcess) == "" {
-		// runManager registers the controller under its name, which a process allows once
-		// (TestEnvtestManager runs it too): this test runs in a test process of its own.
-		cmd := exec.Command(os.Args[0], "-test.run=^TestEnvtestManagerLeaderElectionRBAC$", "-test.v")
-		cmd.Env = append(os.Environ(), inOwnProcess+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestEnvtestManagerLeaderElectionRBAC") {
-			t.Fatalf("%v:\n%s", err, out)
-		}
+	if !inOwnTestProcess(t) {
 		return
 	}
 	const user, ns = "kvrouter-manager-under-test", "kvrouter-system"
-	root, env := bareControlPlane(t)
-	auditLog, err := rbacaudit.Enable(env, t.TempDir(), user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			if err := env.Stop(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer stop()
+	cp := startAuditedControlPlane(t, user)
 	scheme, err := controller.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	admin, err := client.New(cp.cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +62,9 @@ func TestEnvtestManagerLeaderElectionRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	clusterRole := &rbacv1.ClusterRole{}
-	readYAML(t, filepath.Join(root, "config", "rbac", "role.yaml"), clusterRole)
+	readYAML(t, filepath.Join(cp.root, "config", "rbac", "role.yaml"), clusterRole)
 	leaderRole := &rbacv1.Role{}
-	readYAML(t, filepath.Join(root, "config", "rbac", "leader_election_role.yaml"), leaderRole)
+	readYAML(t, filepath.Join(cp.root, "config", "rbac", "leader_election_role.yaml"), leaderRole)
 	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
 	for _, obj := range []client.Object{
 		clusterRole,
@@ -108,34 +78,9 @@ func TestEnvtestManagerLeaderElectionRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	operator, err := env.AddUser(envtest.User{Name: user}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := operator.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	var stderr fleettest.SyncBuffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("manager output:\n%s", stderr.String())
-		}
-	})
-	c, err := parseFlags([]string{"--kubeconfig", kubeconfigPath, "--metrics-bind-address", "0",
-		"--health-probe-bind-address", freeAddr(t), "--leader-elect", "--leader-election-namespace", ns}, &stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() { exit <- runManager(mctx, c, &stderr) }()
+	m := startManager(t, "--kubeconfig", cp.userKubeconfig(t), "--metrics-bind-address", "0",
+		"--health-probe-bind-address", freeAddr(t), "--leader-elect", "--leader-election-namespace", ns)
+	c := m.config
 
 	waitFor(t, "the manager to lead", func() error {
 		lease := &coordinationv1.Lease{}
@@ -174,33 +119,13 @@ func TestEnvtestManagerLeaderElectionRBAC(t *testing.T) {
 		}
 		return nil
 	})
-	cancel() // the leader hands the Lease back (LeaderElectionReleaseOnCancel)
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("manager exited with %d:\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("manager did not stop within 30s of cancellation")
-	}
-
-	stop() // every watch ends: its audit event is final
-	reqs, err := rbacaudit.Read(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	isManager := func(r rbacaudit.Request) bool { return r.User == user }
-	for _, r := range rbacaudit.Refused(reqs, isManager) {
-		t.Errorf("the API server refused the manager %s in %q: config/rbac lacks it", r.Permission, r.Namespace)
-	}
-	inNamespace := rbacaudit.Used(reqs, func(r rbacaudit.Request) bool { return isManager(r) && r.Namespace == ns })
+	m.stop(t) // the leader hands the Lease back (LeaderElectionReleaseOnCancel)
+	reqs := cp.auditedRequests(t)
+	inNamespace := rbacaudit.Used(reqs, func(r rbacaudit.Request) bool { return cp.isUser(r) && r.Namespace == ns })
 	for _, p := range rbacaudit.Unused(leaderRole.Rules, inNamespace) {
 		t.Errorf("the leader-election Role grants %s, which the manager never used", p)
 	}
 }
-
-// inOwnProcess marks the test process TestEnvtestManagerLeaderElectionRBAC starts for itself.
-const inOwnProcess = "KVROUTER_TEST_IN_OWN_PROCESS"
 
 // bareControlPlane returns the module root and an envtest environment, not started yet, with only
 // the KVRouter CRD.
