@@ -75,6 +75,7 @@ func (s *Server) admitEarly(t *table, p admission.Priority) error {
 	}
 	eps := s.endpoints(t)
 	aeps := make([]admission.Endpoint, 0, len(eps))
+	s.policyMu.Lock() // once for the fleet, not once per endpoint
 	for i := range eps {
 		if !eps[i].Ready {
 			continue
@@ -82,9 +83,10 @@ func (s *Server) admitEarly(t *table, p admission.Priority) error {
 		l := &eps[i].Load
 		e := admissionEndpoint(&eps[i])
 		// The queue's own prefill, without the request's: a lower bound on its TTFT there.
-		s.predictInto(&e, l.QueuedPrefillTokens+l.RemotePrefillTokens, 0)
+		s.predictLocked(&e, l.QueuedPrefillTokens+l.RemotePrefillTokens, 0)
 		aeps = append(aeps, e)
 	}
+	s.policyMu.Unlock()
 	if d := s.admit.Check(p, aeps, -1, s.now()); !d.Admit {
 		return s.shed(p, d)
 	}
@@ -103,16 +105,17 @@ func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTo
 	}
 	aeps := make([]admission.Endpoint, 0, len(eps))
 	src := make([]int, 0, len(eps)) // index in eps of each of aeps
-	at := map[string]int{}          // endpoint name → index in aeps
+	chosen := -1
 	for i := range eps {
 		if eps[i].Ready {
-			at[eps[i].Name] = len(aeps)
+			if eps[i].Name == d.Endpoint {
+				chosen = len(aeps)
+			}
 			aeps = append(aeps, admissionEndpoint(&eps[i]))
 			src = append(src, i)
 		}
 	}
-	chosen, ok := at[d.Endpoint]
-	if !ok {
+	if chosen < 0 {
 		return nil // cannot happen: the policy picks a ready endpoint
 	}
 	now := s.now()
@@ -123,6 +126,11 @@ func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTo
 		return nil
 	}
 	if first.Reason != admission.ReasonFleetQueue {
+		// Only a refused request looks its fallbacks up by name.
+		at := make(map[string]int, len(aeps)) // endpoint name → index in aeps
+		for j := range aeps {
+			at[aeps[j].Name] = j
+		}
 		for k, f := range d.Fallbacks {
 			j, ok := at[f]
 			if !ok {
@@ -149,6 +157,11 @@ func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTo
 func (s *Server) predictInto(e *admission.Endpoint, work, own int) float64 {
 	s.policyMu.Lock()
 	defer s.policyMu.Unlock()
+	return s.predictLocked(e, work, own)
+}
+
+// predictLocked is predictInto for a caller that holds policyMu.
+func (s *Server) predictLocked(e *admission.Endpoint, work, own int) float64 {
 	e.TTFT, e.Calibrated = s.policy.PredictTTFT(e.Name, work)
 	e.ServiceTTFT = 0
 	if e.Calibrated {
