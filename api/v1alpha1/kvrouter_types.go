@@ -23,8 +23,12 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
+// The CEL rules on KVRouterSpec and GatewaySpec mirror internal/operator/render.Validate;
+// TestCRDRulesAgreeWithValidate keeps them in step.
+
 // KVRouterSpec describes the model, its engines, the router in front of them, and how traffic and
 // scaling reach them. Defaults live in the schema so that `kubectl get -o yaml` shows what runs.
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.gateway.mode) || self.gateway.mode != 'InferencePool' || !has(self.router) || !has(self.router.apiKeySecret) || (has(self.gateway.failureMode) && self.gateway.failureMode == 'FailClose')",message="spec.router.apiKeySecret with spec.gateway.mode: InferencePool needs spec.gateway.failureMode: FailClose: with FailOpen the Gateway forwards requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check; set FailClose, or authenticate at the Gateway or with spec.engine.apiKeySecret instead"
 type KVRouterSpec struct {
 	// Model is what the engines load and the name clients use.
 	Model ModelSpec `json:"model"`
@@ -39,8 +43,9 @@ type KVRouterSpec struct {
 	// +optional
 	Router RouterSpec `json:"router,omitempty"`
 
-	// Gateway attaches an HTTPRoute to existing Gateways. Without it, clients reach the router
-	// Service directly.
+	// Gateway attaches an HTTPRoute to existing Gateways, in front of the router (mode
+	// HTTPRoute) or of an InferencePool whose endpoint picker is the router (mode
+	// InferencePool). Without it, clients reach the router Service directly.
 	// +optional
 	Gateway *GatewaySpec `json:"gateway,omitempty"`
 
@@ -315,7 +320,33 @@ type SecretKeyRef struct {
 	Key string `json:"key,omitempty"`
 }
 
-// GatewaySpec attaches the router to Gateways with an HTTPRoute.
+// GatewayMode says what the HTTPRoute sends requests to.
+// +kubebuilder:validation:Enum=HTTPRoute;InferencePool
+type GatewayMode string
+
+const (
+	// GatewayModeHTTPRoute: the HTTPRoute's backend is the router Service; the router picks an
+	// engine and forwards the request to it.
+	GatewayModeHTTPRoute GatewayMode = "HTTPRoute"
+	// GatewayModeInferencePool: the HTTPRoute's backend is an InferencePool of the engines whose
+	// endpoint picker is the router; the Gateway asks the router which engine to use and forwards
+	// the request itself.
+	GatewayModeInferencePool GatewayMode = "InferencePool"
+)
+
+// EndpointPickerFailureMode is what the Gateway does when it cannot reach the endpoint picker.
+// +kubebuilder:validation:Enum=FailOpen;FailClose
+type EndpointPickerFailureMode string
+
+const (
+	// FailOpen: the Gateway picks an engine of the pool itself.
+	FailOpen EndpointPickerFailureMode = "FailOpen"
+	// FailClose: the Gateway refuses the request.
+	FailClose EndpointPickerFailureMode = "FailClose"
+)
+
+// GatewaySpec attaches the KVRouter to Gateways with an HTTPRoute.
+// +kubebuilder:validation:XValidation:rule="!has(self.failureMode) || (has(self.mode) && self.mode == 'InferencePool')",message="spec.gateway.failureMode applies only to spec.gateway.mode: InferencePool (it is the InferencePool's endpoint-picker failure mode): remove it, or set spec.gateway.mode to InferencePool"
 type GatewaySpec struct {
 	// ParentRefs are the Gateways (or listeners) the HTTPRoute attaches to.
 	// +kubebuilder:validation:MinItems=1
@@ -326,6 +357,32 @@ type GatewaySpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Hostnames []gwapiv1.Hostname `json:"hostnames,omitempty"`
+
+	// Mode says what the HTTPRoute sends requests to. HTTPRoute: the router Service; the router
+	// picks the engine and forwards the request, retrying another engine when one is unreachable
+	// or hangs before its first byte. InferencePool: an InferencePool of the engines
+	// (inference.networking.k8s.io/v1, Gateway API Inference Extension) whose endpoint picker is
+	// the router (ext_proc over gRPC, port 9002); the Gateway asks the router which engine holds
+	// the request's prefix and forwards the request to that engine itself, so the Gateway's
+	// retries and timeouts apply and the router's do not. InferencePool needs a Gateway
+	// that supports InferencePool backends and the InferencePool CRD; without the CRD the
+	// operator keeps HTTPRoute mode and says so in the CRDsInstalled condition.
+	// +kubebuilder:default=HTTPRoute
+	// +optional
+	Mode GatewayMode `json:"mode,omitempty"`
+
+	// FailureMode is what the Gateway does when it cannot reach the router (every replica down,
+	// or no answer in the Gateway's ext_proc timeout); only with mode InferencePool. FailOpen
+	// (the default): the Gateway keeps serving and picks an engine of the pool itself, by its
+	// own load balancing and blind to the prefix cache, so losing the routers costs cache hits
+	// and latency, not availability. FailClose: the Gateway refuses the request (a 5xx), so every
+	// request that reaches an engine was placed by the router (its cache-aware choice and its
+	// overload control); choose it when a request placed blindly costs more than a refused one,
+	// for instance engines that must never queue past what the router admits. The Inference
+	// Extension's own default is FailClose; kvrouter's is FailOpen because its routers are
+	// replicated and a routing outage should degrade serving, not stop it.
+	// +optional
+	FailureMode EndpointPickerFailureMode `json:"failureMode,omitempty"`
 }
 
 // AutoscalingSpec hands the engine replica count to KEDA.
@@ -368,7 +425,8 @@ type KVRouterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready (summary), Progressing, Degraded, CRDsInstalled, and from the router's
+	// Conditions: Ready (summary), Progressing, Degraded, CRDsInstalled, InferencePoolReady (with
+	// spec.gateway.mode InferencePool: the Gateways' verdict on the pool), and from the router's
 	// /v1/status: RouterStatusAvailable, CacheThrashing, EventsDegraded, TokenizerDegraded and
 	// EngineConfigMismatch.
 	// +listType=map

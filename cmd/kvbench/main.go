@@ -16,7 +16,8 @@ limitations under the License.
 
 // Command kvbench measures routing policies on the same workloads: `kvbench simulate` runs every
 // policy over simulated engines in virtual time; `kvbench live` drives a running router or engine
-// over HTTP. See docs/kvbench.md.
+// over HTTP; `kvbench gateway` stands in for an Inference Gateway in front of a router in EPP mode,
+// so that `kvbench live` can drive that too. See docs/kvbench.md.
 package main
 
 import (
@@ -37,6 +38,8 @@ func main() {
 		err = runSimulate(os.Args[2:], log)
 	case "live":
 		err = runLive(os.Args[2:], log)
+	case "gateway":
+		err = runGateway(os.Args[2:], log)
 	case "compare":
 		err = runCompare(os.Args[2:])
 	case "markdown":
@@ -60,6 +63,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kvbench simulate [--workload FILE[,FILE...]] [FILE...] [--policies a,b] [--rates r1,r2] [--out DIR] [--traces DIR] [--seed N]
   kvbench live --target URL --workload FILE [--policy-label NAME] [--rate R] [--requests N] [--duration D] [--out DIR]
+  kvbench gateway [--epp HOST:PORT] [--listen ADDR] [--body-mode full-duplex|buffered] [--chunk-bytes N]
+                                                         (HTTP gateway on loopback in front of a router in --mode epp)
   kvbench compare --out DIR REPORT.json REPORT.json...   (merge live reports into one comparison)
   kvbench markdown [--sweep a,b] REPORT.json...           (Markdown tables for docs/benchmarks.md)
   kvbench policies                                       (list the policies)

@@ -68,6 +68,7 @@ func TestRenderSamples(t *testing.T) {
 		"kvrouter_simulate.yaml":         {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
 		"kvrouter_multinode.yaml":        {want: append(base, "LeaderWorkerSet", "ScaledObject"), absent: []string{"HTTPRoute"}, namespace: "inference"},
 		"kvrouter_minimal.yaml":          {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "default"},
+		"kvrouter_inferencepool.yaml":    {want: append(base, "InferencePool", "HTTPRoute"), absent: []string{"ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
 	}
 	samples, err := filepath.Glob("../../config/samples/*.yaml")
 	if err != nil {

@@ -36,7 +36,7 @@ import (
 	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
-func TestMain(m *testing.M) { fleettest.Main(m) }
+func TestMain(m *testing.M) { fleettest.Main(m, "kvbench") }
 
 // post sends a JSON body and returns the response with its body read.
 func post(t *testing.T, url, body string) (*http.Response, string) {

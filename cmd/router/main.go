@@ -19,6 +19,7 @@ limitations under the License.
 //
 //	router --port 8080 --endpoints-file endpoints.yaml
 //	router --port 8080 --discovery kubernetes --namespace NS --selector app.kubernetes.io/component=engine,...
+//	router --mode epp --discovery inferencepool --namespace NS --pool-name POOL
 //
 // See docs/router.md.
 package main
@@ -36,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,9 +49,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	poolclient "sigs.k8s.io/gateway-api-inference-extension/client-go/clientset/versioned"
 
 	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/discovery"
+	"github.com/kvrouter/kvrouter/internal/router/epp"
+	"github.com/kvrouter/kvrouter/internal/router/epp/protocol"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/kvstream"
 	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
@@ -58,23 +63,29 @@ import (
 )
 
 type options struct {
-	host, discovery, namespace, selector, endpointsFile string
-	port, enginePort, eventsPort, replayPort, dpRanks   int
-	blockSize                                           int
-	policy, model, sessionHeader, reportMode, logLevel  string
-	maxBody                                             int64
-	maxInFlight                                         int
-	saturationFactor, targetTTFT                        float64
-	scrapeInterval, tokenizeTimeout, shutdownGrace      time.Duration
-	streamIdle, headerTimeout                           time.Duration
-	readHeaderTimeout, bodyReadTimeout                  time.Duration
-	noEvents                                            bool
-	pprofAddr, adminAddr                                string
-	indexMaxKeys                                        int
-	predictTTL, predictHold                             time.Duration
-	apiKeyFile, engineAPIKeyFile                        string
-	kvMaxFrameBytes                                     int64
-	readyReplayTimeout                                  time.Duration
+	host, discovery, namespace, selector, endpointsFile, poolName string
+	port, enginePort, eventsPort, replayPort, dpRanks             int
+	blockSize                                                     int
+	policy, model, sessionHeader, reportMode, logLevel            string
+	maxBody                                                       int64
+	maxInFlight                                                   int
+	saturationFactor, targetTTFT                                  float64
+	scrapeInterval, tokenizeTimeout, shutdownGrace                time.Duration
+	streamIdle, headerTimeout                                     time.Duration
+	readHeaderTimeout, bodyReadTimeout                            time.Duration
+	noEvents                                                      bool
+	pprofAddr, adminAddr                                          string
+	indexMaxKeys                                                  int
+	predictTTL, predictHold                                       time.Duration
+	apiKeyFile, engineAPIKeyFile                                  string
+	kvMaxFrameBytes                                               int64
+	readyReplayTimeout                                            time.Duration
+
+	// Front ends: the HTTP proxy (--port) and the Inference Extension endpoint picker (ext_proc).
+	mode                      string
+	grpcPort, grpcHealthPort  int
+	grpcTLS                   bool
+	grpcCertFile, grpcKeyFile string
 
 	// Hung engines: the TTFB watchdog and outlier ejection (proxy: watchdog.go, outlier.go).
 	ttfbFactor                float64
@@ -96,10 +107,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.host, "host", "", "address to listen on (empty: all interfaces)")
-	fs.IntVar(&o.port, "port", 8080, "HTTP port")
-	fs.StringVar(&o.discovery, "discovery", "", "endpoint discovery: file or kubernetes (default: file when --endpoints-file is set)")
+	fs.IntVar(&o.port, "port", 8080, "HTTP port (proxy and both modes)")
+	fs.StringVar(&o.mode, "mode", modeProxy, "proxy: serve clients over HTTP on --port; epp: be a Gateway API Inference Extension endpoint picker over Envoy ext_proc on --grpc-port, with no HTTP inference listener; both: the two at once")
+	fs.IntVar(&o.grpcPort, "grpc-port", 9002, "epp and both modes: ext_proc port (gRPC health is served there too)")
+	fs.BoolVar(&o.grpcTLS, "grpc-tls", true, "epp and both modes: serve TLS on --grpc-port, as gateways expect of an endpoint picker (a self-signed certificate they do not verify, unless --grpc-tls-cert-file is given; --grpc-health-port stays in clear text for the kubelet's probes); false: clear text (h2c)")
+	fs.StringVar(&o.grpcCertFile, "grpc-tls-cert-file", "", "PEM certificate for --grpc-tls (with --grpc-tls-key-file; re-read when the files change)")
+	fs.StringVar(&o.grpcKeyFile, "grpc-tls-key-file", "", "PEM private key of --grpc-tls-cert-file")
+	fs.IntVar(&o.grpcHealthPort, "grpc-health-port", 9003, "epp and both modes: gRPC health port (services liveness, readiness, "+protocol.ExtProcService+")")
+	fs.StringVar(&o.discovery, "discovery", "", "endpoint discovery: file, kubernetes (pods by --selector) or inferencepool (the pods and ports an InferencePool names; default: file when --endpoints-file is set)")
+	fs.StringVar(&o.poolName, "pool-name", "", "name of the InferencePool whose selector and targetPorts name the engines (inferencepool discovery)")
 	fs.StringVar(&o.endpointsFile, "endpoints-file", "", "YAML file listing the engines (watched for changes)")
-	fs.StringVar(&o.namespace, "namespace", "", "namespace of the engine pods (kubernetes discovery)")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of the engine pods, and of the InferencePool (kubernetes and inferencepool discovery)")
 	fs.StringVar(&o.selector, "selector", "", "label selector of the engine pods (kubernetes discovery)")
 	fs.IntVar(&o.enginePort, "engine-port", 8000, "engine HTTP port when the pod does not name a port 'http'")
 	fs.IntVar(&o.eventsPort, "kv-events-port", 5557, "engine KV-events port when the pod does not name a port 'kv-events' (0: none)")
@@ -169,8 +187,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if o.namespace == "" || o.selector == "" {
 			return nil, errors.New("--discovery kubernetes needs --namespace and --selector")
 		}
+	case "inferencepool":
+		if o.namespace == "" || o.poolName == "" {
+			return nil, errors.New("--discovery inferencepool needs --namespace and --pool-name")
+		}
+		if o.selector != "" {
+			// Two sources of truth for the same pods would disagree the day the pool changes.
+			return nil, errors.New("--discovery inferencepool takes the pods from the pool's selector: drop --selector")
+		}
 	default:
-		return nil, fmt.Errorf("--discovery %q: want file or kubernetes", o.discovery)
+		return nil, fmt.Errorf("--discovery %q: want file, kubernetes or inferencepool", o.discovery)
 	}
 	if _, err := policy.ParseKind(o.policy); err != nil {
 		return nil, err
@@ -197,7 +223,71 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.kvMaxFrameBytes <= 0 || o.kvMaxFrameBytes > 1<<40 {
 		return nil, fmt.Errorf("--kv-events-max-frame-bytes %d: must be within 1 and 2^40", o.kvMaxFrameBytes)
 	}
+	if err := checkMode(o); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// The front ends --mode selects.
+const (
+	modeProxy = "proxy"
+	modeEPP   = "epp"
+	modeBoth  = "both"
+)
+
+func (o *options) serveHTTP() bool { return o.mode != modeEPP }
+func (o *options) serveEPP() bool  { return o.mode != modeProxy }
+
+// checkMode validates --mode and the ports of the front ends it runs: each its own.
+func checkMode(o *options) error {
+	switch o.mode {
+	case modeProxy, modeEPP, modeBoth:
+	default:
+		return fmt.Errorf("--mode %q: want proxy, epp or both", o.mode)
+	}
+	if (o.grpcCertFile == "") != (o.grpcKeyFile == "") {
+		return errors.New("--grpc-tls-cert-file and --grpc-tls-key-file go together")
+	}
+	if o.grpcCertFile != "" && !o.grpcTLS {
+		return errors.New("--grpc-tls-cert-file is the certificate of --grpc-tls: set --grpc-tls too")
+	}
+	ports := map[int]string{}
+	claim := func(flag string, port int) error {
+		if port < 0 || port > 65535 {
+			return fmt.Errorf("%s %d: want a port within 0 (any free one) and 65535", flag, port)
+		}
+		if port == 0 {
+			return nil
+		}
+		if other, taken := ports[port]; taken {
+			return fmt.Errorf("%s %d: %s uses that port already", flag, port, other)
+		}
+		ports[port] = flag
+		return nil
+	}
+	if o.serveHTTP() {
+		if err := claim("--port", o.port); err != nil {
+			return err
+		}
+	}
+	if o.serveEPP() {
+		if err := claim("--grpc-port", o.grpcPort); err != nil {
+			return err
+		}
+		if err := claim("--grpc-health-port", o.grpcHealthPort); err != nil {
+			return err
+		}
+	}
+	// The admin listener names its own host: it clashes only on a host the others listen on too.
+	if h, p, err := net.SplitHostPort(o.adminAddr); err == nil && (h == "" || o.host == "" || h == o.host) {
+		if n, err := strconv.Atoi(p); err == nil && n != 0 {
+			if other, taken := ports[n]; taken {
+				return fmt.Errorf("--admin-addr %s: %s uses that port already", o.adminAddr, other)
+			}
+		}
+	}
+	return nil
 }
 
 func main() {
@@ -312,29 +402,14 @@ func run(ctx context.Context, o *options) error {
 	}
 	srv := proxy.New(cfg, log.WithName("proxy"), srvIndex, srvStreams, tracker, reg)
 
-	var source discovery.Source
-	if o.discovery == "file" {
-		source = &discovery.File{Path: o.endpointsFile, Log: log.WithName("discovery")}
-	} else {
-		sel, err := labels.Parse(o.selector)
-		if err != nil {
-			return fmt.Errorf("--selector: %w", err)
-		}
-		rc, err := restConfig()
-		if err != nil {
-			return err
-		}
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
-		source = &discovery.Kubernetes{Client: cs, Namespace: o.namespace, Selector: sel, HTTPPort: o.enginePort,
-			EventsPort: o.eventsPort, ReplayPort: o.replayPort, DPRanks: o.dpRanks, Log: log.WithName("discovery")}
+	source, err := discoverySource(o, log.WithName("discovery"))
+	if err != nil {
+		return err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	update := func(eps []discovery.Endpoint) {
 		srv.SetEndpoints(eps)
 		if streams != nil {
@@ -385,16 +460,28 @@ func run(ctx context.Context, o *options) error {
 			}
 		}()
 	}
-	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+	var ln net.Listener
+	var hs *http.Server
+	if o.serveHTTP() {
+		addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+		hs = &http.Server{
+			Handler:           srv.Handler(),
+			ReadHeaderTimeout: o.readHeaderTimeout,
+			IdleTimeout:       2 * time.Minute,
+			// No WriteTimeout: streams last minutes; the idle timer guards silent ones.
+		}
 	}
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: o.readHeaderTimeout,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: streams last minutes; the idle timer guards silent ones.
+	var eppDone sync.WaitGroup
+	if o.serveEPP() {
+		if err := serveEPP(ctx, o, srv, reg, log, &eppDone, errc); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return err
+		}
 	}
 	var admin *http.Server
 	if o.adminAddr != "" {
@@ -403,7 +490,11 @@ func run(ctx context.Context, o *options) error {
 		// open this port to its readers alone.
 		aln, err := net.Listen("tcp", o.adminAddr)
 		if err != nil {
-			ln.Close()
+			if ln != nil {
+				ln.Close()
+			}
+			cancel()
+			eppDone.Wait()
 			return fmt.Errorf("listen %s (--admin-addr): %w", o.adminAddr, err)
 		}
 		admin = &http.Server{
@@ -420,22 +511,65 @@ func run(ctx context.Context, o *options) error {
 		}()
 		log.Info("admin listening", "addr", aln.Addr().String())
 	}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-		}
-	}()
-	log.Info("router listening", "addr", ln.Addr().String(), "policy", o.policy, "discovery", o.discovery,
+	addr := ""
+	if hs != nil {
+		addr = ln.Addr().String()
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	log.Info("router listening", "mode", o.mode, "addr", addr, "policy", o.policy, "discovery", o.discovery,
 		"blockSize", o.blockSize, "kvEvents", !o.noEvents, "clientKeyRequired", o.apiKeyFile != "", "engineKey", o.engineAPIKeyFile != "")
 
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		cancel()
-		shutdown(hs, admin, o.shutdownGrace, log)
+		shutdown(hs, admin, &eppDone, o.shutdownGrace, log)
 		return err
 	}
-	shutdown(hs, admin, o.shutdownGrace, log)
+	shutdown(hs, admin, &eppDone, o.shutdownGrace, log)
+	return nil
+}
+
+// serveEPP starts the endpoint picker: ext_proc (and health) on --grpc-port, health alone on
+// --grpc-health-port, until ctx ends; done counts its servers until they have drained.
+func serveEPP(ctx context.Context, o *options, srv *proxy.Server, reg prometheus.Registerer, log logr.Logger,
+	done *sync.WaitGroup, errc chan<- error) error {
+	addr := net.JoinHostPort(o.host, strconv.Itoa(o.grpcPort))
+	gln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s (--grpc-port): %w", addr, err)
+	}
+	haddr := net.JoinHostPort(o.host, strconv.Itoa(o.grpcHealthPort))
+	hln, err := net.Listen("tcp", haddr)
+	if err != nil {
+		gln.Close()
+		return fmt.Errorf("listen %s (--grpc-health-port): %w", haddr, err)
+	}
+	tlsConfig, err := pickerTLS(o, log.WithName("epp"))
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		return err
+	}
+	picker := epp.New(srv, log.WithName("epp"), reg, epp.Options{ShutdownGrace: o.shutdownGrace, TLS: tlsConfig})
+	for _, l := range []struct {
+		what  string
+		ln    net.Listener
+		serve func(context.Context, net.Listener) error
+	}{{"ext_proc listener", gln, picker.Serve}, {"gRPC health listener", hln, picker.ServeHealth}} {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			if err := l.serve(ctx, l.ln); err != nil {
+				errc <- fmt.Errorf("%s: %w", l.what, err)
+			}
+		}()
+	}
+	log.Info("endpoint picker listening", "extProc", gln.Addr().String(), "tls", tlsConfig != nil, "health", hln.Addr().String())
 	return nil
 }
 
@@ -451,16 +585,21 @@ func admissionConfig(o *options) admission.Config {
 	return c
 }
 
-// shutdown lets in-flight requests finish within grace. The admin listener (may be nil) stays up
-// until they have, so that metrics and status can still be read while the router drains.
-func shutdown(hs, admin *http.Server, grace time.Duration, log logr.Logger) {
+// shutdown lets in-flight requests finish within grace: the HTTP listener's (hs, nil in epp mode)
+// and the endpoint picker's, whose servers drain on their own once the run's context ends
+// (eppDone). The admin listener (may be nil) stays up until they have, so that metrics and status
+// can still be read while the router drains.
+func shutdown(hs, admin *http.Server, eppDone *sync.WaitGroup, grace time.Duration, log logr.Logger) {
 	log.Info("shutting down; letting in-flight requests finish", "grace", grace.String())
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		log.Error(err, "in-flight requests cut at the end of the grace period")
-		_ = hs.Close()
+	if hs != nil {
+		if err := hs.Shutdown(sctx); err != nil {
+			log.Error(err, "in-flight requests cut at the end of the grace period")
+			_ = hs.Close()
+		}
 	}
+	eppDone.Wait()
 	if admin != nil {
 		_ = admin.Close()
 	}
@@ -477,4 +616,33 @@ func restConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes config: %w", err)
 	}
 	return c, nil
+}
+
+// discoverySource is where the router learns its engines from, as the flags say.
+func discoverySource(o *options, log logr.Logger) (discovery.Source, error) {
+	if o.discovery == "file" {
+		return &discovery.File{Path: o.endpointsFile, Log: log}, nil
+	}
+	rc, err := restConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if o.discovery == "inferencepool" {
+		pools, err := poolclient.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("InferencePool client: %w", err)
+		}
+		return &discovery.InferencePool{Client: cs, Pools: pools, Namespace: o.namespace, Name: o.poolName,
+			EventsPort: o.eventsPort, ReplayPort: o.replayPort, DPRanks: o.dpRanks, Log: log}, nil
+	}
+	sel, err := labels.Parse(o.selector)
+	if err != nil {
+		return nil, fmt.Errorf("--selector: %w", err)
+	}
+	return &discovery.Kubernetes{Client: cs, Namespace: o.namespace, Selector: sel, HTTPPort: o.enginePort,
+		EventsPort: o.eventsPort, ReplayPort: o.replayPort, DPRanks: o.dpRanks, Log: log}, nil
 }

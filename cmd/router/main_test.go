@@ -60,3 +60,67 @@ func TestLaptopCommandLineAndDefaults(t *testing.T) {
 		}
 	}
 }
+
+// --mode and the gRPC ports of the endpoint picker: the defaults, the command line the operator
+// renders for an InferencePool's picker, and what is refused.
+func TestModeFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--endpoints-file", "x"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != "proxy" || o.grpcPort != 9002 || o.grpcHealthPort != 9003 || !o.serveHTTP() || o.serveEPP() {
+		t.Fatalf("defaults %+v", o)
+	}
+	args := strings.Fields("--discovery kubernetes --namespace team-a --selector app=engine --mode epp " +
+		"--grpc-port 9002 --grpc-health-port 9003 --admin-addr :9090")
+	if o, err = parseFlags(args, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != "epp" || o.serveHTTP() || !o.serveEPP() {
+		t.Fatalf("epp: %+v", o)
+	}
+	// --port is not served in epp mode: it may be anything, even a gRPC port's.
+	if _, err := parseFlags([]string{"--endpoints-file", "x", "--mode", "epp", "--port", "9002"}, io.Discard); err != nil {
+		t.Fatalf("epp mode with --port 9002: %v", err)
+	}
+	if o, err = parseFlags([]string{"--endpoints-file", "x", "--mode", "both"}, io.Discard); err != nil || !o.serveHTTP() || !o.serveEPP() {
+		t.Fatalf("both: %+v %v", o, err)
+	}
+	for _, bad := range [][]string{
+		{"--mode", "gateway"},
+		{"--mode", "EPP"},
+		{"--mode", "epp", "--grpc-port", "-1"},
+		{"--mode", "epp", "--grpc-health-port", "70000"},
+		{"--mode", "epp", "--grpc-port", "9003"},     // the health port's
+		{"--mode", "both", "--port", "9002"},         // the ext_proc port's
+		{"--mode", "epp", "--admin-addr", ":9003"},   // the health port's
+		{"--mode", "proxy", "--admin-addr", ":8080"}, // --port's
+	} {
+		if _, err := parseFlags(append([]string{"--endpoints-file", "x"}, bad...), io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// --discovery inferencepool: the pool names the pods and their ports, so it needs the pool and
+// its namespace and refuses a --selector that would be a second, disagreeing source.
+func TestInferencePoolDiscoveryFlags(t *testing.T) {
+	o, err := parseFlags(strings.Fields("--discovery inferencepool --namespace team-a --pool-name llama --mode epp"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.discovery != "inferencepool" || o.poolName != "llama" || o.namespace != "team-a" {
+		t.Fatalf("%+v", o)
+	}
+	for bad, want := range map[string]string{
+		"--discovery inferencepool --namespace team-a":                                    "--pool-name",
+		"--discovery inferencepool --pool-name llama":                                     "--namespace",
+		"--discovery inferencepool --namespace a --pool-name llama --selector app=engine": "drop --selector",
+		"--discovery pool --namespace a --pool-name llama":                                "inferencepool",
+	} {
+		_, err := parseFlags(strings.Fields(bad), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %s", bad, err, want)
+		}
+	}
+}

@@ -45,9 +45,10 @@ const waitTimeout = 20 * time.Second
 var binDir string
 
 // Main is the TestMain of an end-to-end test package: it builds vllm-sim and the router into a
-// temporary directory, runs the tests, removes the directory and exits. In -short mode it builds
-// nothing.
-func Main(m *testing.M) {
+// temporary directory, runs the tests, removes the directory and exits. extra names more
+// commands under cmd/ to build with them (kvbench, for StartGateway): only the packages that
+// start them pay for their link. In -short mode it builds nothing.
+func Main(m *testing.M, extra ...string) {
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())
@@ -58,11 +59,15 @@ func Main(m *testing.M) {
 		os.Exit(1)
 	}
 	// Import paths, so that the build works from any test package's directory.
-	build := exec.Command("go", "build", "-o", dir+"/",
-		"github.com/kvrouter/kvrouter/cmd/vllm-sim", "github.com/kvrouter/kvrouter/cmd/router")
+	cmds := append([]string{"vllm-sim", "router"}, extra...)
+	args := []string{"build", "-o", dir + "/"}
+	for _, c := range cmds {
+		args = append(args, "github.com/kvrouter/kvrouter/cmd/"+c)
+	}
+	build := exec.Command("go", args...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building vllm-sim and router:", err)
+		fmt.Fprintf(os.Stderr, "building %s: %v\n", strings.Join(cmds, ", "), err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -115,8 +120,8 @@ type Proc struct {
 	Args []string
 }
 
-// Start runs a binary built by Main (name is "vllm-sim" or "router"); the process is killed when
-// the test ends, and its output is logged if the test failed.
+// Start runs a binary built by Main (name is "vllm-sim", "router" or one of Main's extra); the
+// process is killed when the test ends, and its output is logged if the test failed.
 func Start(t *testing.T, name string, args ...string) *Proc {
 	t.Helper()
 	out := &SyncBuffer{}
@@ -162,6 +167,21 @@ func (p *Proc) Stop(grace time.Duration) bool {
 	case <-time.After(grace):
 		p.Kill()
 		return false
+	}
+}
+
+// Wait waits up to timeout for the process to exit by itself (a command that runs to its end,
+// such as `kvbench live`) and returns its exit code; past the timeout it kills the process and
+// fails the test.
+func (p *Proc) Wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		p.Kill()
+		t.Fatalf("%s %v still running after %s; killed", p.Name, p.Args, timeout)
+		return -1
 	}
 }
 
@@ -291,8 +311,11 @@ func WriteEndpoints(t *testing.T, engines []*Engine, notReady ...string) string 
 
 // Router is a running router with file discovery on loopback.
 type Router struct {
-	// URL is the public listener (--port): inference, /v1/models and the probes.
+	// URL is the public listener (--port): inference, /v1/models and the probes. Empty for a
+	// router in --mode epp, which has none.
 	URL string
+	// EPPAddr is the ext_proc listener (--grpc-port, host:port) of a router in --mode epp.
+	EPPAddr string
 	// AdminURL is the admin listener (--admin-addr): /metrics, /v1/status and /v1/autoscale.
 	AdminURL string
 	// DebugURL is the router's debug listener (--pprof-addr): /debug/pprof and /debug/kvindex.
@@ -316,6 +339,50 @@ func StartRouter(t *testing.T, endpointsFile string, args ...string) *Router {
 	return r
 }
 
+// StartEPPRouter runs the router in --mode epp on endpointsFile: ext_proc and gRPC health on
+// free loopback ports, no HTTP inference listener, admin and debug listeners as StartRouter's. It
+// waits until the admin listener answers; args add router flags.
+func StartEPPRouter(t *testing.T, endpointsFile string, args ...string) *Router {
+	t.Helper()
+	grpc, health, admin, debug := FreePort(t), FreePort(t), FreePort(t), FreePort(t)
+	all := append([]string{"--mode", "epp", "--host", "127.0.0.1", "--grpc-port", fmt.Sprint(grpc),
+		"--grpc-health-port", fmt.Sprint(health), "--endpoints-file", endpointsFile,
+		"--scrape-interval", "200ms", "--admin-addr", fmt.Sprintf("127.0.0.1:%d", admin),
+		"--pprof-addr", fmt.Sprintf("127.0.0.1:%d", debug)}, args...)
+	r := &Router{EPPAddr: fmt.Sprintf("127.0.0.1:%d", grpc), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", admin),
+		DebugURL: fmt.Sprintf("http://127.0.0.1:%d", debug), Proc: Start(t, "router", all...)}
+	WaitOK(t, r.AdminURL+"/health")
+	return r
+}
+
+// Gateway is a running `kvbench gateway`: an HTTP front end on loopback that asks a router in
+// --mode epp where each request goes, as an Inference Gateway does.
+type Gateway struct {
+	URL  string
+	Proc *Proc
+}
+
+// StartGateway runs `kvbench gateway` (Main must have built kvbench) in front of the picker at
+// eppAddr, and waits until it listens; args add gateway flags.
+func StartGateway(t *testing.T, eppAddr string, args ...string) *Gateway {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	g := &Gateway{URL: "http://" + addr,
+		Proc: Start(t, "kvbench", append([]string{"gateway", "--epp", eppAddr, "--listen", addr}, args...)...)}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return g
+		}
+		if g.Proc.Exited() || time.Now().After(deadline) {
+			t.Fatalf("kvbench gateway not listening on %s (exited %v): %v", addr, g.Proc.Exited(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Restart stops the router gracefully (SIGTERM: in-flight requests finish, within grace) and
 // starts it again with the same command line and ports. It returns when the new process is
 // healthy, with the time from the signal until then.
@@ -324,7 +391,9 @@ func (r *Router) Restart(t *testing.T, grace time.Duration) time.Duration {
 	start := time.Now()
 	r.Proc.Stop(grace)
 	r.Proc = Start(t, "router", r.Proc.Args...)
-	WaitOK(t, r.URL+"/health")
+	if r.URL != "" {
+		WaitOK(t, r.URL+"/health")
+	}
 	WaitOK(t, r.AdminURL+"/health")
 	return time.Since(start)
 }

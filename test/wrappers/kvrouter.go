@@ -191,6 +191,15 @@ func (w *KVRouterWrapper) Gateway(name, namespace string, hostnames ...string) *
 	return w
 }
 
+// InferencePool puts the engines behind an InferencePool whose endpoint picker is the router
+// (spec.gateway.mode: InferencePool), with failureMode ("" leaves the default). Gateway must be
+// set first.
+func (w *KVRouterWrapper) InferencePool(failureMode v1alpha1.EndpointPickerFailureMode) *KVRouterWrapper {
+	w.Spec.Gateway.Mode = v1alpha1.GatewayModeInferencePool
+	w.Spec.Gateway.FailureMode = failureMode
+	return w
+}
+
 // Autoscaling sets spec.autoscaling with the router's signal.
 func (w *KVRouterWrapper) Autoscaling(minReplicas, maxReplicas int32) *KVRouterWrapper {
 	w.Spec.Autoscaling = &v1alpha1.AutoscalingSpec{MinReplicas: minReplicas, MaxReplicas: maxReplicas}

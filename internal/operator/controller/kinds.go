@@ -30,6 +30,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
@@ -65,6 +66,8 @@ type OptionalKind struct {
 	CRD string
 	// NeededFor names the spec field that asks for this kind, for messages.
 	NeededFor string
+	// Instead says what the operator does in the kind's place, for messages; empty: nothing.
+	Instead string
 }
 
 // OptionalKinds lists the kinds that come from CRDs outside Kubernetes.
@@ -74,7 +77,14 @@ var OptionalKinds = []OptionalKind{
 	{GVK: lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), CRD: "leaderworkersets.leaderworkerset.x-k8s.io", NeededFor: "spec.engine.nodesPerReplica > 1"},
 	{GVK: serviceMonitorGVK, CRD: "servicemonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
 	{GVK: podMonitorGVK, CRD: "podmonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
+	// Without the pool the router would be an endpoint picker nobody calls and serve no HTTP: the
+	// operator renders HTTPRoute mode until the CRD appears (see withoutInferencePool).
+	{GVK: inferencePoolGVK, CRD: "inferencepools.inference.networking.k8s.io", NeededFor: "spec.gateway.mode: InferencePool",
+		Instead: "until it is installed, the router serves as a proxy behind the HTTPRoute, as with spec.gateway.mode: HTTPRoute"},
 }
+
+// inferencePoolGVK is the Gateway API Inference Extension's InferencePool.
+var inferencePoolGVK = schema.GroupVersion(infv1.GroupVersion).WithKind(render.InferencePoolKind)
 
 func optionalKindFor(gvk schema.GroupVersionKind) (OptionalKind, bool) {
 	for _, k := range OptionalKinds {

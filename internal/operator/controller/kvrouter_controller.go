@@ -16,8 +16,8 @@ limitations under the License.
 
 // Package controller holds the KVRouter reconciler: it applies what internal/operator/render produces
 // with server-side apply, deletes children the spec no longer asks for, tolerates clusters that
-// lack the optional CRDs (Gateway API, KEDA, LeaderWorkerSet, Prometheus Operator), and reports
-// status and Events.
+// lack the optional CRDs (Gateway API and its Inference Extension, KEDA, LeaderWorkerSet,
+// Prometheus Operator), and reports status and Events.
 package controller
 
 import (
@@ -85,6 +85,7 @@ const (
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=leaderworkerset.x-k8s.io,resources=leaderworkersets,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;podmonitors,verbs=list;watch;create;patch;delete
@@ -269,6 +270,13 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	}
 
 	objs, err := render.Objects(kvr.DeepCopy(), r.RenderOptions)
+	if err == nil && render.UsesInferencePool(kvr) && !r.kinds.isInstalled(inferencePoolGVK) {
+		// The spec is judged as written (above); what is applied is what the cluster can serve.
+		k, _ := optionalKindFor(inferencePoolGVK)
+		obs.missing = append(obs.missing, k)
+		obs.poolFallback = true
+		objs, err = render.Objects(withoutInferencePool(kvr), r.RenderOptions)
+	}
 	if err != nil {
 		obs.renderErr = err
 		log.Info("spec refused by the renderer; nothing applied", "reason", err.Error())
@@ -304,18 +312,19 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			msg := fmt.Sprintf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
 			obs.applyErrs = append(obs.applyErrs, msg)
 			r.Recorder.Eventf(kvr, nil, corev1.EventTypeWarning, EventApplyFailed, "Apply", "%s", msg)
-			// What runs now still serves: report its readiness, not zero.
-			if role != roleOther {
+			// What runs now still serves: report its readiness, not zero; and what the Gateways
+			// say of the pool that is there.
+			if role != roleOther || gvk == inferencePoolGVK {
 				if live, err := readLive(ctx, r.Client, r.Scheme, u); err == nil {
-					if err := obs.observeWorkload(live, role); err != nil {
-						log.Error(err, "reading workload status")
+					if err := r.observe(obs, live, role); err != nil {
+						log.Error(err, "reading status")
 					}
 				}
 			}
 			continue
 		}
-		if err := obs.observeWorkload(u, role); err != nil {
-			log.Error(err, "reading workload status")
+		if err := r.observe(obs, u, role); err != nil {
+			log.Error(err, "reading status")
 		}
 	}
 
@@ -332,6 +341,15 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return ctrl.Result{RequeueAfter: r.RecheckInterval}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// observe records what the status reports of an applied child: the workloads' readiness and
+// the Gateways' verdict on the InferencePool.
+func (r *KVRouterReconciler) observe(obs *observation, live *unstructured.Unstructured, role workloadRole) error {
+	if live.GroupVersionKind() == inferencePoolGVK {
+		return obs.observePool(live)
+	}
+	return obs.observeWorkload(live, role)
 }
 
 // getKVRouter reads the KVRouter from the API server rather than the cache. Both controllers
@@ -406,10 +424,11 @@ func (r *KVRouterReconciler) applyChild(ctx context.Context, kvr *v1alpha1.KVRou
 }
 
 // deleteUnwanted deletes children of kvr that the spec no longer renders: the HTTPRoute after
-// spec.gateway is removed, the ScaledObject after spec.autoscaling is, the Deployment after the
-// engines moved to a LeaderWorkerSet. When the engine workload the spec asks for cannot be
-// applied (its CRD is missing), the old engine workload is kept: a spec the cluster cannot serve
-// yet must not take down what serves now.
+// spec.gateway is removed, the InferencePool after spec.gateway.mode leaves InferencePool, the
+// ScaledObject after spec.autoscaling is, the Deployment after the engines moved to a
+// LeaderWorkerSet. When the engine workload the spec asks for cannot be applied (its CRD is
+// missing), the old engine workload is kept: a spec the cluster cannot serve yet must not take
+// down what serves now.
 func (r *KVRouterReconciler) deleteUnwanted(ctx context.Context, kvr *v1alpha1.KVRouter, desired map[childKey]bool, keepEngines bool) error {
 	var errs []error
 	for _, gvk := range r.kinds.installedKinds() {

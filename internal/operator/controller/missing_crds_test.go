@@ -30,14 +30,15 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
-// A second control plane with only the KVRouter CRD: no Gateway API, no KEDA, no
-// LeaderWorkerSet, no Prometheus Operator. The operator must run there, apply what it can and say
+// A second control plane with only the KVRouter CRD: no Gateway API (nor its Inference
+// Extension), no KEDA, no LeaderWorkerSet, no Prometheus Operator. The operator must run there, apply what it can and say
 // what is missing.
 var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, func() {
 	ctx := context.Background()
@@ -159,6 +160,54 @@ var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, fun
 		Eventually(func(g Gomega) {
 			fresh := child(g, c, routed, render.RouteName(routed), &gwapiv1.HTTPRoute{})
 			g.Expect(fresh.UID).NotTo(Equal(routedRoute.UID))
+		}).Should(Succeed())
+	})
+
+	It("serves a KVRouter that asks for an InferencePool as a proxy until the InferencePool CRD is installed, then as its endpoint picker", func() {
+		// Gateway API's CRDs (installed by the previous spec already, unless it was left out of
+		// the run), not the Inference Extension's.
+		_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{gatewayAPICRDs()}, ErrorIfPathMissing: true})
+		Expect(err).NotTo(HaveOccurred())
+		picker := makeKVRouter(ns, "picker").Simulate().Gateway().InferencePool("").Obj()
+		Expect(c.Create(ctx, picker)).To(Succeed())
+		Eventually(func(g Gomega) {
+			cur := reload(g, c, picker)
+			g.Expect(cur.Status.ObservedGeneration).To(Equal(cur.Generation))
+			crds := expectCondition(g, cur, ConditionCRDsInstalled, metav1.ConditionFalse, ReasonCRDNotInstalled)
+			g.Expect(crds.Message).To(ContainSubstring("CRD inferencepools.inference.networking.k8s.io is not installed (needed for spec.gateway.mode: InferencePool)"))
+			g.Expect(crds.Message).To(ContainSubstring("the router serves as a proxy behind the HTTPRoute"))
+			expectCondition(g, cur, ConditionDegraded, metav1.ConditionTrue, ReasonCRDNotInstalled)
+			expectCondition(g, cur, ConditionInferencePoolReady, metav1.ConditionFalse, ReasonCRDNotInstalled)
+			// The clients still get answers, through the router: Ready describes them.
+			g.Expect(condition(cur, ConditionReady).Reason).NotTo(Equal(ReasonCRDNotInstalled))
+			g.Expect(cur.Status.URL).To(Equal(render.RouterServiceURL(picker)))
+
+			route := child(g, c, picker, render.RouteName(picker), &gwapiv1.HTTPRoute{})
+			g.Expect(route.Spec.Rules[0].BackendRefs).To(ConsistOf(HaveField("Name", BeEquivalentTo(render.RouterName(picker)))))
+			d := child(g, c, picker, render.RouterName(picker), &appsv1.Deployment{})
+			g.Expect(flagValue(d.Spec.Template.Spec.Containers[0].Args, "--port")).To(Equal("8080"))
+			g.Expect(d.Spec.Template.Spec.Containers[0].Args).NotTo(ContainElement("--mode"))
+		}).Should(Succeed())
+
+		_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{inferencePoolCRD()}, ErrorIfPathMissing: true})
+		Expect(err).NotTo(HaveOccurred())
+		var pool infv1.InferencePool
+		Eventually(func(g Gomega) {
+			child(g, c, picker, render.InferencePoolName(picker), &pool)
+			route := child(g, c, picker, render.RouteName(picker), &gwapiv1.HTTPRoute{})
+			g.Expect(route.Spec.Rules[0].BackendRefs).To(ConsistOf(HaveField("Kind", HaveValue(BeEquivalentTo("InferencePool")))))
+			expectEndpointPicker(g, child(g, c, picker, render.RouterName(picker), &appsv1.Deployment{}))
+			cur := reload(g, c, picker)
+			expectCondition(g, cur, ConditionCRDsInstalled, metav1.ConditionTrue, ReasonInstalled)
+			expectCondition(g, cur, ConditionInferencePoolReady, metav1.ConditionUnknown, ReasonPending)
+			g.Expect(cur.Status.URL).To(BeEmpty(), "no exact hostname: only the Gateway, whose address the operator does not know, reaches the engines")
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+
+		By("the watch on InferencePools started at run time brings a deleted pool back")
+		Expect(c.Delete(ctx, &pool)).To(Succeed())
+		Eventually(func(g Gomega) {
+			fresh := child(g, c, picker, render.InferencePoolName(picker), &infv1.InferencePool{})
+			g.Expect(fresh.UID).NotTo(Equal(pool.UID))
 		}).Should(Succeed())
 	})
 })

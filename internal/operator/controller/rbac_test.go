@@ -122,7 +122,8 @@ var renderOpts = render.Options{RouterImage: "kvrouter:test", SimulatorImage: "k
 func renderedKVRouters() []*v1alpha1.KVRouter {
 	all := makeKVRouter("ns", "all").Gateway("chat.example.com").Autoscaling(1, 4).MultiNode(2, 8).Obj()
 	all.Spec.Monitoring = &v1alpha1.MonitoringSpec{}
-	return []*v1alpha1.KVRouter{makeKVRouter("ns", "plain").Obj(), all}
+	pooled := makeKVRouter("ns", "pooled").Gateway("pool.example.com").InferencePool("").Obj()
+	return []*v1alpha1.KVRouter{makeKVRouter("ns", "plain").Obj(), all, pooled}
 }
 
 // routerRoleRules are the rules of the router's Role as the operator renders it.

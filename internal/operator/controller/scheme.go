@@ -21,6 +21,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
@@ -28,7 +29,7 @@ import (
 )
 
 // NewScheme returns a scheme with every typed kind the operator reads or writes: Kubernetes'
-// own, KVRouter, Gateway API v1 and LeaderWorkerSet. KEDA's ScaledObject and the Prometheus
+// own, KVRouter, Gateway API v1, the Inference Extension's InferencePool and LeaderWorkerSet. KEDA's ScaledObject and the Prometheus
 // Operator's ServiceMonitor and PodMonitor are handled unstructured and need no registration.
 // Registering a kind does not require its CRD in the cluster.
 func NewScheme() (*runtime.Scheme, error) {
@@ -37,6 +38,7 @@ func NewScheme() (*runtime.Scheme, error) {
 		clientgoscheme.AddToScheme(s),
 		v1alpha1.AddToScheme(s),
 		gwapiv1.Install(s),
+		infv1.Install(s),
 		lwsv1.AddToScheme(s),
 	)
 	return s, err

@@ -45,7 +45,8 @@ const (
 	// apply failed, the spec is refused, or a CRD the spec needs is missing.
 	ConditionDegraded = "Degraded"
 	// ConditionCRDsInstalled is False when the spec asks for a kind whose CRD the cluster lacks
-	// (Gateway API, KEDA, LeaderWorkerSet, Prometheus Operator); its message names the CRD.
+	// (Gateway API, its Inference Extension, KEDA, LeaderWorkerSet, Prometheus Operator); its
+	// message names the CRD.
 	ConditionCRDsInstalled = "CRDsInstalled"
 )
 
@@ -83,6 +84,10 @@ type observation struct {
 	engineGone bool // the engine workload could not be applied because its CRD is missing
 	engine     workloadState
 	router     workloadState
+	// poolFallback: the spec asks for an InferencePool whose CRD is missing, so HTTPRoute mode was
+	// applied instead (withoutInferencePool).
+	poolFallback bool
+	pool         poolState
 }
 
 // observeWorkload records the state of an applied engine or router workload from the object the
@@ -185,7 +190,11 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 		st.Engines, st.Router = engines, routers
 		st.Replicas = engines.Ready
 		st.Selector = render.EngineSelector(kvr)
-		st.URL = render.URL(kvr)
+		served := kvr
+		if o.poolFallback {
+			served = withoutInferencePool(kvr)
+		}
+		st.URL = render.URL(served)
 	}
 
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
@@ -243,6 +252,8 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 	default:
 		set(ConditionReady, metav1.ConditionTrue, ReasonServing, counts)
 	}
+
+	setInferencePoolCondition(kvr, o, set)
 }
 
 // missingMessage names each missing CRD, the spec field that needs it and what was skipped.
@@ -254,7 +265,11 @@ func missingMessage(missing []OptionalKind) string {
 			continue
 		}
 		seen[k.CRD] = true
-		parts = append(parts, fmt.Sprintf("CRD %s is not installed (needed for %s): %s not applied", k.CRD, k.NeededFor, k.GVK.Kind))
+		part := fmt.Sprintf("CRD %s is not installed (needed for %s): %s not applied", k.CRD, k.NeededFor, k.GVK.Kind)
+		if k.Instead != "" {
+			part += " (" + k.Instead + ")"
+		}
+		parts = append(parts, part)
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")

@@ -53,9 +53,9 @@ import (
 // The Kubernetes version whose kube-apiserver and etcd `make envtest` builds into bin/k8s.
 const envtestK8sVersion = "v1.36.3"
 
-// Versions of the third-party CRDs installed into the control plane. Gateway API and LWS are
-// dependencies of the module (their Go types are used) and resolve through go.mod; KEDA is not,
-// so its version is pinned here.
+// Versions of the third-party CRDs installed into the control plane. Gateway API, its Inference
+// Extension and LWS are dependencies of the module (their Go types are used) and resolve through
+// go.mod; KEDA is not, so its version is pinned here.
 const kedaModule = "github.com/kedacore/keda/v2@v2.21.0"
 
 // The Prometheus Operator's CRDs (ServiceMonitor, PodMonitor) come from its main module, which
@@ -134,8 +134,9 @@ func envtestAssets() string {
 }
 
 // crdPaths lists the CRDs to install: the KVRouter CRD, and with thirdParty the real CRDs of
-// Gateway API (standard channel), LeaderWorkerSet, KEDA's ScaledObject and the Prometheus
-// Operator's ServiceMonitor and PodMonitor, read from the Go module cache.
+// Gateway API (standard channel), the Inference Extension's InferencePool, LeaderWorkerSet,
+// KEDA's ScaledObject and the Prometheus Operator's ServiceMonitor and PodMonitor, read from
+// the Go module cache.
 func crdPaths(thirdParty bool) []string {
 	root := repoRoot()
 	paths := []string{filepath.Join(root, "config", "crd", "bases")}
@@ -144,6 +145,7 @@ func crdPaths(thirdParty bool) []string {
 	}
 	return append(append(paths,
 		gatewayAPICRDs(),
+		inferencePoolCRD(),
 		filepath.Join(moduleDir(root, "sigs.k8s.io/lws"), "config", "crd", "bases"),
 		filepath.Join(downloadModule(kedaModule), "config", "crd", "bases", "keda.sh_scaledobjects.yaml"),
 	), monitoringCRDs()...)
@@ -155,6 +157,13 @@ func monitoringCRDs() []string {
 		filepath.Join(dir, "monitoring.coreos.com_servicemonitors.yaml"),
 		filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
 	}
+}
+
+// inferencePoolCRD is the InferencePool CRD (inference.networking.k8s.io/v1) of the Inference
+// Extension module whose Go types the operator renders, so the two cannot disagree.
+func inferencePoolCRD() string {
+	return filepath.Join(moduleDir(repoRoot(), "sigs.k8s.io/gateway-api-inference-extension"),
+		"config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml")
 }
 
 func gatewayAPICRDs() string {

@@ -84,6 +84,20 @@ var _ = Describe("KVRouter validation", func() {
 		Entry("env overriding PYTHONHASHSEED",
 			makeKVRouter("", "bad-env").Env("PYTHONHASHSEED", "1"),
 			"spec.engine.env must not set PYTHONHASHSEED, POD_NAME or POD_IP"),
+		Entry("a failure mode without an InferencePool",
+			makeKVRouter("", "bad-failure-mode").Gateway("h.example.com").With(func(k *v1alpha1.KVRouter) { k.Spec.Gateway.FailureMode = v1alpha1.FailClose }),
+			"spec.gateway.failureMode applies only to spec.gateway.mode: InferencePool"),
+		Entry("an unknown gateway mode",
+			makeKVRouter("", "bad-mode").Gateway("h.example.com").With(func(k *v1alpha1.KVRouter) { k.Spec.Gateway.Mode = "Service" }),
+			`spec.gateway.mode: Unsupported value: "Service"`),
+		Entry("an unknown failure mode",
+			makeKVRouter("", "bad-failure-enum").Gateway("h.example.com").InferencePool("FailSometimes"),
+			`spec.gateway.failureMode: Unsupported value: "FailSometimes"`),
+		Entry("the router's API key with an InferencePool that fails open, skipping the router's check",
+			makeKVRouter("", "bad-pool-key").Gateway("h.example.com").InferencePool(v1alpha1.FailOpen).With(func(k *v1alpha1.KVRouter) {
+				k.Spec.Router.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "keys"}
+			}),
+			"spec.router.apiKeySecret with spec.gateway.mode: InferencePool needs spec.gateway.failureMode: FailClose"),
 	)
 
 	It("accepts the longest name and flags that only share a prefix with managed ones", func() {
@@ -91,6 +105,18 @@ var _ = Describe("KVRouter validation", func() {
 			ExtraArgs("--model-impl", "vllm", "--port-range=1", "--max-model-len-hint", "-tpx").
 			Env("POD_NAMESPACE", "x").Obj()
 		Expect(k8sClient.Create(context.Background(), kvr)).To(Succeed())
+	})
+
+	It("accepts an InferencePool that fails closed with both API keys, and defaults the mode of a route", func() {
+		pooled := makeKVRouter(ns, "good-pool").Gateway("h.example.com").InferencePool(v1alpha1.FailClose).With(func(k *v1alpha1.KVRouter) {
+			k.Spec.Router.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "client-keys"}
+			k.Spec.Engine.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "engine-key"}
+		}).Obj()
+		Expect(k8sClient.Create(context.Background(), pooled)).To(Succeed())
+		routed := makeKVRouter(ns, "good-route").Gateway("h.example.com").Obj()
+		Expect(k8sClient.Create(context.Background(), routed)).To(Succeed())
+		Expect(routed.Spec.Gateway.Mode).To(Equal(v1alpha1.GatewayModeHTTPRoute))
+		Expect(routed.Spec.Gateway.FailureMode).To(BeEmpty())
 	})
 
 	It("accepts a valid multi-node spec", func() {

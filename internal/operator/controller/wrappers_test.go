@@ -96,6 +96,14 @@ func (w *kvrWrapper) Gateway(hostnames ...string) *kvrWrapper {
 	return w
 }
 
+// InferencePool puts the engines behind an InferencePool whose endpoint picker is the router;
+// Gateway must be set first.
+func (w *kvrWrapper) InferencePool(failureMode v1alpha1.EndpointPickerFailureMode) *kvrWrapper {
+	w.kvr.Spec.Gateway.Mode = v1alpha1.GatewayModeInferencePool
+	w.kvr.Spec.Gateway.FailureMode = failureMode
+	return w
+}
+
 func (w *kvrWrapper) Autoscaling(minReplicas, maxReplicas int32) *kvrWrapper {
 	w.kvr.Spec.Autoscaling = &v1alpha1.AutoscalingSpec{MinReplicas: minReplicas, MaxReplicas: maxReplicas}
 	return w

@@ -74,6 +74,9 @@ func Default(kvr *v1alpha1.KVRouter) {
 	}
 
 	if gw := kvr.Spec.Gateway; gw != nil {
+		if gw.Mode == "" {
+			gw.Mode = v1alpha1.GatewayModeHTTPRoute
+		}
 		// Gateway API's own schema defaults, which the CRD embeds for parentRefs.
 		for i := range gw.ParentRefs {
 			p := &gw.ParentRefs[i]

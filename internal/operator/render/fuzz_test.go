@@ -410,6 +410,18 @@ func fuzzKVRouter(data []byte) (*v1alpha1.KVRouter, render.Options) {
 	if in.oneIn(4) {
 		opts.LabelAllowList = []string{"team"}
 	}
+	// Drawn last, so that the earlier decisions of the seeds written before the mode existed (the
+	// features their names promise) stay what they were. The router's key is sometimes kept: the
+	// CRD refuses it with an InferencePool that fails open, and Objects must agree.
+	if s.Gateway != nil && in.oneIn(2) {
+		s.Gateway.Mode = v1alpha1.GatewayModeInferencePool
+		if in.oneIn(2) {
+			s.Gateway.FailureMode = v1alpha1.EndpointPickerFailureMode(in.pick("FailOpen", "FailClose"))
+		}
+		if in.oneIn(2) {
+			s.Router.APIKeySecret = nil
+		}
+	}
 	return kvr, opts
 }
 
@@ -453,7 +465,7 @@ func TestFuzzInputsReachRendering(t *testing.T) {
 	if admitted < n/2 || rendered < n/3 {
 		t.Errorf("only %d of %d inputs admitted and %d rendered", admitted, n, rendered)
 	}
-	for _, want := range []string{"LeaderWorkerSet", "HTTPRoute", "ScaledObject", "ServiceMonitor", "PodMonitor", "simulate", "openshift"} {
+	for _, want := range []string{"LeaderWorkerSet", "HTTPRoute", "InferencePool", "ScaledObject", "ServiceMonitor", "PodMonitor", "simulate", "openshift"} {
 		if modes[want] == 0 {
 			t.Errorf("no rendered input has %s", want)
 		}
@@ -495,9 +507,10 @@ func TestFuzzSeedCorpusRenders(t *testing.T) {
 		name := filepath.Base(file)
 		if strings.Contains(name, "lws") != (render.EngineWorkloadKind(stored) == "LeaderWorkerSet") ||
 			strings.Contains(name, "simulate") && !stored.Spec.Simulate || strings.Contains(name, "openshift") && !opts.PlatformAssignsUID ||
-			strings.Contains(name, "monitoring") && stored.Spec.Monitoring == nil {
-			t.Errorf("%s renders %s, simulate=%v, openshift=%v, monitoring=%v", name, render.EngineWorkloadKind(stored),
-				stored.Spec.Simulate, opts.PlatformAssignsUID, stored.Spec.Monitoring != nil)
+			strings.Contains(name, "monitoring") && stored.Spec.Monitoring == nil ||
+			strings.Contains(name, "inferencepool") && !render.UsesInferencePool(stored) {
+			t.Errorf("%s renders %s, simulate=%v, openshift=%v, monitoring=%v, inferencepool=%v", name, render.EngineWorkloadKind(stored),
+				stored.Spec.Simulate, opts.PlatformAssignsUID, stored.Spec.Monitoring != nil, render.UsesInferencePool(stored))
 		}
 		for _, v := range objectViolations(t, stored, opts, objs) {
 			t.Errorf("%s: %s", file, v)

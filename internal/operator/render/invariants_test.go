@@ -36,7 +36,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
@@ -171,6 +173,16 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 		}
 	}
 
+	var pool *infv1.InferencePool
+	routes := 0
+	for _, o := range objs {
+		if p, ok := o.(*infv1.InferencePool); ok {
+			pool = p
+		}
+	}
+	if (pool != nil) != render.UsesInferencePool(kvr) {
+		add("InferencePool rendered=%v, spec.gateway.mode %v", pool != nil, kvr.Spec.Gateway)
+	}
 	for _, o := range objs {
 		id := o.GetObjectKind().GroupVersionKind().Kind + " " + o.GetName()
 		switch w := o.(type) {
@@ -179,6 +191,7 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 				add("%s does not select the router pods", id)
 			}
 		case *gwapiv1.HTTPRoute:
+			routes++
 			for _, r := range w.Spec.Rules {
 				for _, p := range adminPaths {
 					if routeMatchesPath(r, p) {
@@ -186,27 +199,61 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 					}
 				}
 				for _, b := range r.BackendRefs {
-					if string(b.Name) != service.Name || b.Port == nil || !slices.ContainsFunc(service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *b.Port }) {
+					group, kind := string(ptr.Deref(b.Group, "")), string(ptr.Deref(b.Kind, "Service"))
+					switch {
+					case render.UsesInferencePool(kvr):
+						if pool == nil || group != infv1.GroupName || kind != render.InferencePoolKind || string(b.Name) != pool.Name ||
+							b.Port == nil || !slices.Contains(pool.Spec.TargetPorts, infv1.Port{Number: infv1.PortNumber(*b.Port)}) {
+							add("%s: backendRef %s/%s %s:%v is not the InferencePool on one of its target ports", id, group, kind, b.Name, b.Port)
+						}
+					case group != "" || kind != "Service" || string(b.Name) != service.Name || b.Port == nil ||
+						!slices.ContainsFunc(service.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == *b.Port }):
 						add("%s: backendRef %s:%v is not a port of Service %s", id, b.Name, b.Port, service.Name)
 					}
 				}
 			}
+		case *infv1.InferencePool:
+			out = append(out, poolViolations(t, w, service, router, servers, workers)...)
 		case *unstructured.Unstructured:
 			out = append(out, unstructuredViolations(t, kvr, w, service, servers, workers)...)
 		}
 	}
 
-	// The router's public port is open to all, its admin port to the operator and not to a
-	// stranger.
+	if (routes == 1) != (kvr.Spec.Gateway != nil) {
+		add("%d HTTPRoutes rendered, spec.gateway set=%v", routes, kvr.Spec.Gateway != nil)
+	}
+
+	// The router's public ports (its HTTP port, or as the endpoint picker its ext_proc and gRPC
+	// health ports) are open to all, a Gateway's data plane in its own namespace included; its
+	// admin port to the operator and not to a stranger.
 	routerDst := podOf("router", kvr.Namespace, router)
+	gateway := pod{name: "a Gateway's data plane", namespace: "gateway-system", labels: map[string]string{"app": "envoy"},
+		nsLabels: map[string]string{corev1.LabelMetadataName: "gateway-system"}}
+	public := []int32{render.RouterPort}
+	if render.UsesInferencePool(kvr) {
+		public = []int32{render.RouterGRPCPort, render.RouterGRPCHealthPort}
+	}
+	for _, port := range public {
+		if !slices.ContainsFunc(routerPorts, func(c corev1.ContainerPort) bool { return c.ContainerPort == port }) {
+			add("the router pods do not declare their public port %d", port)
+		}
+		if !ingressAllowed(t, policies, gateway, routerDst, port) {
+			add("NetworkPolicy: the router's port %d is closed to a Gateway", port)
+		}
+	}
+	if render.UsesInferencePool(kvr) && slices.ContainsFunc(routerPorts, func(c corev1.ContainerPort) bool { return c.ContainerPort == render.RouterPort }) {
+		add("the endpoint picker declares the HTTP port %d, which it does not serve", render.RouterPort)
+	}
 	operator := pod{name: "the operator", namespace: render.DefaultOperatorNamespace, labels: render.OperatorPodLabels,
 		nsLabels: map[string]string{corev1.LabelMetadataName: render.DefaultOperatorNamespace}}
 	if opts.OperatorNamespace != "" {
 		operator.namespace, operator.nsLabels[corev1.LabelMetadataName] = opts.OperatorNamespace, opts.OperatorNamespace
 	}
 	strangerNS := map[string]string{corev1.LabelMetadataName: kvr.Namespace}
-	if !ingressAllowed(t, policies, pod{name: "stranger", namespace: kvr.Namespace, nsLabels: strangerNS}, routerDst, render.RouterPort) {
-		add("NetworkPolicy: the router's public port is closed to clients")
+	for _, port := range public {
+		if !ingressAllowed(t, policies, pod{name: "stranger", namespace: kvr.Namespace, nsLabels: strangerNS}, routerDst, port) {
+			add("NetworkPolicy: the router's public port %d is closed to clients", port)
+		}
 	}
 	if ingressAllowed(t, policies, pod{name: "stranger", namespace: kvr.Namespace, nsLabels: strangerNS}, routerDst, render.RouterAdminPort) {
 		add("NetworkPolicy: the router's admin port is open to any pod")
@@ -222,6 +269,10 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 	stranger := pod{name: "stranger", namespace: kvr.Namespace, labels: map[string]string{"app": "x"}}
 	for _, s := range servers {
 		dst := podOf("engine", kvr.Namespace, s)
+		// A Gateway forwards to the engines themselves with an InferencePool (FailOpen too).
+		if !ingressAllowed(t, policies, gateway, dst, render.EnginePort) {
+			add("NetworkPolicy: the engines' HTTP port is closed to a Gateway")
+		}
 		for _, port := range []int32{render.KVEventsPort, render.KVReplayPort} {
 			if !ingressAllowed(t, policies, routerPod, dst, port) {
 				add("NetworkPolicy: port %d closed to the router", port)
@@ -232,6 +283,72 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 				}
 			}
 		}
+	}
+	return out
+}
+
+// poolViolations checks an InferencePool against what it points at: its selector takes exactly
+// the engine pods that serve HTTP (not headless workers), its target port is their HTTP port,
+// and its endpoint picker is the router Service's ext_proc port, which reaches the router pods'
+// gRPC port.
+func poolViolations(t testing.TB, p *infv1.InferencePool, service *corev1.Service, router corev1.PodTemplateSpec,
+	servers, workers []corev1.PodTemplateSpec) []string {
+	var out []string
+	id := "InferencePool " + p.Name
+	sel := map[string]string{}
+	for k, v := range p.Spec.Selector.MatchLabels {
+		sel[string(k)] = string(v)
+	}
+	if len(sel) == 0 {
+		out = append(out, id+": empty selector")
+	}
+	for _, s := range servers {
+		if !labels.SelectorFromSet(sel).Matches(labels.Set(s.Labels)) {
+			out = append(out, fmt.Sprintf("%s does not select the serving engine pods %v", id, s.Labels))
+		}
+		for _, tp := range p.Spec.TargetPorts {
+			if !slices.ContainsFunc(containerPorts(s.Spec), func(c corev1.ContainerPort) bool {
+				return c.ContainerPort == int32(tp.Number) && c.ContainerPort == render.EnginePort
+			}) {
+				out = append(out, fmt.Sprintf("%s: target port %d is not the engines' HTTP port", id, tp.Number))
+			}
+		}
+	}
+	for _, w := range workers {
+		if labels.SelectorFromSet(sel).Matches(labels.Set(w.Labels)) {
+			out = append(out, fmt.Sprintf("%s selects headless workers, which serve no HTTP", id))
+		}
+	}
+	if len(p.Spec.TargetPorts) == 0 {
+		out = append(out, id+": no target ports")
+	}
+	ref := p.Spec.EndpointPickerRef
+	if ref == nil {
+		return append(out, id+": no endpointPickerRef")
+	}
+	if ptr.Deref(ref.Group, "") != "" || ref.Kind != "Service" || string(ref.Name) != service.Name || ref.Port == nil {
+		return append(out, fmt.Sprintf("%s: endpointPickerRef %+v is not the router Service", id, ref))
+	}
+	i := slices.IndexFunc(service.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Port == int32(ref.Port.Number) })
+	if i < 0 {
+		return append(out, fmt.Sprintf("%s: endpointPickerRef port %d is not a port of Service %s", id, ref.Port.Number, service.Name))
+	}
+	sp := service.Spec.Ports[i]
+	// The port's appProtocol must say what the router speaks there: HTTP/2 over TLS with
+	// --grpc-tls, in clear text (h2c) without.
+	want := "kubernetes.io/h2c"
+	if slices.ContainsFunc(router.Spec.Containers, func(c corev1.Container) bool {
+		return c.Name == render.RouterContainerName && slices.Contains(c.Args, "--grpc-tls")
+	}) {
+		want = "http2"
+	}
+	if !slices.ContainsFunc(containerPorts(router.Spec), func(c corev1.ContainerPort) bool {
+		return c.Name == sp.TargetPort.StrVal && c.ContainerPort == render.RouterGRPCPort
+	}) || ptr.Deref(sp.AppProtocol, "") != want {
+		out = append(out, fmt.Sprintf("%s: the picker's Service port %s does not reach the router's ext_proc port as %s", id, sp.Name, want))
+	}
+	if m := ref.FailureMode; m != infv1.EndpointPickerFailOpen && m != infv1.EndpointPickerFailClose {
+		out = append(out, fmt.Sprintf("%s: failureMode %q", id, m))
 	}
 	return out
 }
@@ -396,6 +513,11 @@ func podSpecViolations(spec corev1.PodSpec) []string {
 			if probe != nil && probe.HTTPGet != nil && probe.HTTPGet.Port.StrVal != "" &&
 				!slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == probe.HTTPGet.Port.StrVal }) {
 				add("container %s probes port %q, which it lacks", c.Name, probe.HTTPGet.Port.StrVal)
+			}
+			// A gRPC probe names its port by number only.
+			if probe != nil && probe.GRPC != nil &&
+				!slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == probe.GRPC.Port }) {
+				add("container %s probes gRPC port %d, which it does not declare", c.Name, probe.GRPC.Port)
 			}
 		}
 	}

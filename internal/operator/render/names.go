@@ -32,11 +32,20 @@ const (
 	RouterPort = 8080
 	// RouterAdminPort serves the router's /metrics, /v1/status and /v1/autoscale, for
 	// Prometheus, the operator and KEDA only (see routerNetworkPolicy).
-	RouterAdminPort  = 9090
-	PortNameHTTP     = "http"
-	PortNameAdmin    = "admin"
-	PortNameKVEvents = "kv-events"
-	PortNameKVReplay = "kv-replay"
+	RouterAdminPort = 9090
+	// RouterGRPCPort serves the Envoy ext_proc protocol when the router is the InferencePool's
+	// endpoint picker (spec.gateway.mode: InferencePool), for the Gateway's data plane.
+	RouterGRPCPort = 9002
+	// RouterGRPCHealthPort serves the gRPC health protocol in that mode (services liveness,
+	// readiness and envoy.service.ext_proc.v3.ExternalProcessor): the public HTTP port, and so
+	// its /health and /ready, is not served then.
+	RouterGRPCHealthPort = 9003
+	PortNameHTTP         = "http"
+	PortNameAdmin        = "admin"
+	PortNameGRPC         = "grpc"
+	PortNameGRPCHealth   = "grpc-health"
+	PortNameKVEvents     = "kv-events"
+	PortNameKVReplay     = "kv-replay"
 )
 
 // MaxNameLength is the longest KVRouter name whose children all get valid names: the router
@@ -67,6 +76,15 @@ func RouterName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-router" }
 
 // RouteName names the HTTPRoute.
 func RouteName(kvr *v1alpha1.KVRouter) string { return kvr.Name }
+
+// InferencePoolName names the InferencePool (spec.gateway.mode: InferencePool).
+func InferencePoolName(kvr *v1alpha1.KVRouter) string { return kvr.Name }
+
+// UsesInferencePool says whether the Gateway reaches the engines through an InferencePool whose
+// endpoint picker is the router, rather than through the router as a proxy.
+func UsesInferencePool(kvr *v1alpha1.KVRouter) bool {
+	return kvr.Spec.Gateway != nil && kvr.Spec.Gateway.Mode == v1alpha1.GatewayModeInferencePool
+}
 
 // ScaledObjectName names the KEDA ScaledObject.
 func ScaledObjectName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
@@ -104,7 +122,9 @@ func RouterAdminURL(kvr *v1alpha1.KVRouter) string {
 
 // URL is where clients send requests, for status.url: the first exact hostname of the HTTPRoute
 // when a Gateway is attached, else the router Service. The scheme is http because render cannot
-// see the Gateway's listeners; a reconciler that reads them may upgrade it to https.
+// see the Gateway's listeners; a reconciler that reads them may upgrade it to https. With an
+// InferencePool and no exact hostname it is empty: the router serves no HTTP then, and only the
+// Gateway, whose address render cannot see, reaches the engines.
 func URL(kvr *v1alpha1.KVRouter) string {
 	if gw := kvr.Spec.Gateway; gw != nil {
 		for _, h := range gw.Hostnames {
@@ -112,6 +132,9 @@ func URL(kvr *v1alpha1.KVRouter) string {
 				return "http://" + string(h)
 			}
 		}
+	}
+	if UsesInferencePool(kvr) {
+		return ""
 	}
 	return RouterServiceURL(kvr)
 }

@@ -30,9 +30,10 @@ import (
 // engineNetworkPolicy limits who may connect to the engine pods. KV events carry the token ids
 // of users' prompts, so the event and replay ports accept only this KVRouter's router pods. The
 // policy selects the engine pods, which makes every port it does not list closed to everyone, so
-// it also opens the OpenAI port (clients, the router, Prometheus) and, for multi-node replicas,
-// all ports between the pods of this KVRouter's engine groups (vLLM's rendezvous and NCCL pick
-// their ports at run time).
+// it also opens the OpenAI port (clients, the router, Prometheus and, with an InferencePool, the
+// Gateway's data plane, which forwards requests to the engines itself) and, for multi-node
+// replicas, all ports between the pods of this KVRouter's engine groups (vLLM's rendezvous and
+// NCCL pick their ports at run time).
 func engineNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
 	port := func(p int) networkingv1.NetworkPolicyPort {
@@ -73,6 +74,15 @@ func engineNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 // monitoring namespaces and, when the ScaledObject reads /v1/autoscale, KEDA's. The public port
 // stays open to every source, as without a policy: clients, Gateways and the kubelet's probes.
 // Selecting the router pods closes every other port, of which they have none.
+//
+// As the InferencePool's endpoint picker the router has no public port; its ext_proc and gRPC
+// health ports take that port's place and are open to every source for the same reason: the
+// Gateway's data plane is not something a pod or namespace selector can name. It runs in a
+// namespace of the Gateway implementation's choosing (Envoy Gateway's, the Gateway's own for
+// Istio) or, for a cloud load balancer such as GKE's, outside the cluster's pods altogether;
+// the kubelet's gRPC probes and Gateways that health-check the picker come from nodes and load
+// balancers. Nothing reaches the engines through ext_proc: the picker only answers which engine
+// to use, what a client could learn from the engines' own port, which is open too.
 func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
 	port := func(p int) networkingv1.NetworkPolicyPort {
@@ -89,6 +99,10 @@ func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 	if a := kvr.Spec.Autoscaling; a != nil && a.Prometheus == nil {
 		readers = append(readers, networkingv1.NetworkPolicyPeer{NamespaceSelector: opts.autoscalerNamespaces()})
 	}
+	public := []networkingv1.NetworkPolicyPort{port(RouterPort)}
+	if UsesInferencePool(kvr) {
+		public = []networkingv1.NetworkPolicyPort{port(RouterGRPCPort), port(RouterGRPCHealthPort)}
+	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: childMeta(kvr, opts, RouterNetworkPolicyName(kvr), NameRouter, ComponentRouter),
@@ -96,7 +110,7 @@ func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(kvr, NameRouter, ComponentRouter)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
-				{Ports: []networkingv1.NetworkPolicyPort{port(RouterPort)}},
+				{Ports: public},
 				{Ports: []networkingv1.NetworkPolicyPort{port(RouterAdminPort)}, From: readers},
 			},
 		},

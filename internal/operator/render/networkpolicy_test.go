@@ -186,6 +186,9 @@ func TestNetworkPolicyRestrictsKVEventPorts(t *testing.T) {
 		"simulate":      wrappers.MakeKVRouter("m", "ns").Simulate().Obj(),
 		"LWS multinode": wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(),
 		"LWS simulate":  wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(3).Simulate().Obj(),
+		// The Gateway forwards to the engines itself: the same rules serve it.
+		"inference pool":     wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra").InferencePool("").Obj(),
+		"inference pool LWS": wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Gateway("gw", "infra").InferencePool("").Obj(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			multiNode := kvr.Spec.Engine.NodesPerReplica > 1
@@ -220,6 +223,7 @@ func TestNetworkPolicyRestrictsKVEventPorts(t *testing.T) {
 				{pod: otherRouter},
 				{pod: twinRouter},
 				{pod: pod{name: "prometheus", namespace: "monitoring", labels: map[string]string{"app.kubernetes.io/name": "prometheus"}}},
+				{pod: pod{name: "a Gateway's data plane", namespace: "gateway-system", labels: map[string]string{"app": "envoy"}}},
 			}
 			for _, e := range engines {
 				sources = append(sources, source{pod: e, peer: multiNode})
@@ -311,9 +315,10 @@ func ptrPort(n int) *intstr.IntOrString {
 func ptrInt32(n int32) *int32 { return &n }
 
 // TestNetworkPolicyRouterAdminPort evaluates the rendered policies for the router pods: the
-// public port is open to everyone; the admin port (metrics, /v1/status, /v1/autoscale) only to
-// the operator's pods in the operator's namespace, to the monitoring namespaces and, when the
-// ScaledObject reads /v1/autoscale, to KEDA's namespaces; Options replace those defaults.
+// public port (as the InferencePool's endpoint picker, the ext_proc and gRPC health ports) is
+// open to everyone; the admin port (metrics, /v1/status, /v1/autoscale) only to the operator's
+// pods in the operator's namespace, to the monitoring namespaces and, when the ScaledObject
+// reads /v1/autoscale, to KEDA's namespaces; Options replace those defaults.
 func TestNetworkPolicyRouterAdminPort(t *testing.T) {
 	inNS := func(name, ns string, l map[string]string) pod {
 		return pod{name: name, namespace: ns, labels: l, nsLabels: map[string]string{corev1.LabelMetadataName: ns}}
@@ -338,6 +343,8 @@ func TestNetworkPolicyRouterAdminPort(t *testing.T) {
 			[]string{"operator", "prometheus", "openshift platform prometheus", "openshift user-workload prometheus", "keda", "openshift keda"}},
 		{"custom readers", wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Obj(), custom,
 			[]string{"operator in ops", "prometheus in a labelled namespace", "autoscaler"}},
+		{"endpoint picker", wrappers.MakeKVRouter("m", "ns").Gateway("gw", "gateways").InferencePool("").Autoscaling(1, 4).Obj(), render.Options{},
+			[]string{"operator", "prometheus", "openshift platform prometheus", "openshift user-workload prometheus", "keda", "openshift keda"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			objs := mustObjects(t, c.kvr, c.opts)
@@ -359,16 +366,25 @@ func TestNetworkPolicyRouterAdminPort(t *testing.T) {
 				inNS("a Gateway", "gateways", map[string]string{"app": "envoy"}),
 				router,
 			}
+			public, closed := []int32{render.RouterPort}, []int32{6060, render.RouterGRPCPort, render.RouterGRPCHealthPort}
+			if render.UsesInferencePool(c.kvr) {
+				// 8080 is not served as the endpoint picker; the policy need not open it.
+				public, closed = []int32{render.RouterGRPCPort, render.RouterGRPCHealthPort}, []int32{6060, render.RouterPort}
+			}
 			for _, src := range sources {
-				if !ingressAllowed(t, policies, src, router, render.RouterPort) {
-					t.Errorf("%s -> router public port: closed, want open", src.name)
+				for _, port := range public {
+					if !ingressAllowed(t, policies, src, router, port) {
+						t.Errorf("%s -> router public port %d: closed, want open", src.name, port)
+					}
 				}
 				want := slices.Contains(c.admin, src.name)
 				if got := ingressAllowed(t, policies, src, router, render.RouterAdminPort); got != want {
 					t.Errorf("%s -> router admin port: allowed=%v, want %v", src.name, got, want)
 				}
-				if ingressAllowed(t, policies, src, router, 6060) {
-					t.Errorf("%s -> router port 6060 (no such port): open", src.name)
+				for _, port := range closed {
+					if ingressAllowed(t, policies, src, router, port) {
+						t.Errorf("%s -> router port %d (not served): open", src.name, port)
+					}
 				}
 			}
 		})

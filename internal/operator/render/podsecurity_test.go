@@ -146,15 +146,19 @@ func podViolations(tpl corev1.PodTemplateSpec, p podPolicy) []string {
 // Python one needs $USER (torch's getpass.getuser() fails for a UID without a passwd entry).
 func writablePathViolations(c corev1.Container, volumes map[string]corev1.Volume, userEnv map[string]bool) []string {
 	env := map[string]string{}
+	set := map[string]bool{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
+		// A user's valueFrom (a fieldRef, a Secret) sets the variable too, to a value only the
+		// kubelet knows.
+		set[e.Name] = e.Value != "" || e.ValueFrom != nil
 	}
 	if len(c.Command) == 0 || c.Command[0] != "vllm" {
 		return nil
 	}
 	var out []string
 	for _, v := range []string{"HOME", "USER"} {
-		if env[v] == "" {
+		if !set[v] {
 			out = append(out, fmt.Sprintf("container %s: %s is not set", c.Name, v))
 		}
 	}
@@ -217,6 +221,10 @@ func securityMatrix() map[string]*v1alpha1.KVRouter {
 		"LWS simulate":       wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(4).Simulate().Obj(),
 		"autoscaling":        wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Prometheus("http://prom:9090").Obj(),
 		"gateway":            wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").Obj(),
+		"inference pool":     wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").InferencePool("").Obj(),
+		"inference pool LWS": wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Gateway("gw", "", "").InferencePool(v1alpha1.FailClose).Obj(),
+		"inference pool API keys": wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "h").InferencePool(v1alpha1.FailClose).
+			RouterAPIKeySecret("client-keys", "").EngineAPIKeySecret("engine-key", "").Obj(),
 		"cache PVC":          pvc,
 		"monitoring":         monitored,
 		"API keys":           keyed,

@@ -32,7 +32,8 @@ import (
 //
 // The KVRouter is not modified: Objects defaults and validates a copy, so it accepts both an
 // object read from the API server and a manifest read from a file. Optional kinds are included
-// whenever the spec asks for them (the HTTPRoute with spec.gateway, the ScaledObject with
+// whenever the spec asks for them (the HTTPRoute with spec.gateway, the InferencePool with
+// spec.gateway.mode InferencePool, the ScaledObject with
 // spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1, the ServiceMonitor and PodMonitor
 // with spec.monitoring); whether their CRDs are installed is for the caller to check.
 func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
@@ -63,6 +64,9 @@ func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 		routerNetworkPolicy(kvr, opts),
 		routerService(kvr, opts),
 		routerPDB(kvr, opts),
+	}
+	if UsesInferencePool(kvr) {
+		objs = append(objs, inferencePool(kvr, opts))
 	}
 	if kvr.Spec.Gateway != nil {
 		objs = append(objs, httpRoute(kvr, opts))

@@ -33,9 +33,10 @@ import (
 // router does not serve would get its 404 anyway. A new public path of the router goes here.
 var PublicPaths = []string{"/v1/completions", "/v1/chat/completions", "/v1/models"}
 
-// httpRoute attaches the router Service to the Gateways of spec.gateway, for PublicPaths only.
-// Timeouts are zero (disabled): a streamed completion can run for minutes, and Envoy-based
-// Gateways otherwise cut it at their default of 15 seconds.
+// httpRoute attaches the router Service (or, in InferencePool mode, the InferencePool) to the
+// Gateways of spec.gateway, for PublicPaths only. Timeouts are zero (disabled): a streamed
+// completion can run for minutes, and Envoy-based Gateways otherwise cut it at their default of
+// 15 seconds.
 func httpRoute(kvr *v1alpha1.KVRouter, opts Options) *gwapiv1.HTTPRoute {
 	gw := kvr.Spec.Gateway
 	parents := make([]gwapiv1.ParentReference, 0, len(gw.ParentRefs))
@@ -58,13 +59,29 @@ func httpRoute(kvr *v1alpha1.KVRouter, opts Options) *gwapiv1.HTTPRoute {
 			Rules: []gwapiv1.HTTPRouteRule{{
 				Matches: matches,
 				BackendRefs: []gwapiv1.HTTPBackendRef{{BackendRef: gwapiv1.BackendRef{
-					BackendObjectReference: gwapiv1.BackendObjectReference{
-						Name: gwapiv1.ObjectName(RouterName(kvr)),
-						Port: ptr.To(gwapiv1.PortNumber(RouterPort)),
-					},
+					BackendObjectReference: routeBackend(kvr),
 				}}},
 				Timeouts: &gwapiv1.HTTPRouteTimeouts{Request: &noTimeout, BackendRequest: &noTimeout},
 			}},
 		},
+	}
+}
+
+// routeBackend is the router Service's public port, or the InferencePool. The pool's port is the
+// engines' (its targetPorts): Gateway API makes it optional for kinds other than Service and the
+// Inference Extension's conformance tests require it to be accepted either way, but some
+// implementations' earlier releases refused a pool reference without it.
+func routeBackend(kvr *v1alpha1.KVRouter) gwapiv1.BackendObjectReference {
+	if UsesInferencePool(kvr) {
+		return gwapiv1.BackendObjectReference{
+			Group: ptr.To(gwapiv1.Group(InferencePoolGroup)),
+			Kind:  ptr.To(gwapiv1.Kind(InferencePoolKind)),
+			Name:  gwapiv1.ObjectName(InferencePoolName(kvr)),
+			Port:  ptr.To(gwapiv1.PortNumber(EnginePort)),
+		}
+	}
+	return gwapiv1.BackendObjectReference{
+		Name: gwapiv1.ObjectName(RouterName(kvr)),
+		Port: ptr.To(gwapiv1.PortNumber(RouterPort)),
 	}
 }

@@ -42,11 +42,30 @@ func routerImage(kvr *v1alpha1.KVRouter, opts Options) string {
 	return opts.routerImage()
 }
 
-// routerArgs is the router's command line as the contract fixes it.
+// RouterModeEPP is the router's --mode as the InferencePool's endpoint picker: ext_proc and gRPC
+// health instead of the public HTTP port (the router's default mode is the proxy).
+const RouterModeEPP = "epp"
+
+// routerArgs is the router's command line as the contract fixes it. As the endpoint picker it
+// gets its gRPC ports instead of --port, which it does not serve in that mode. Discovery stays
+// the pod watch in both modes: the operator renders the pool from the same selector, so the
+// router need not read the InferencePool.
 func routerArgs(kvr *v1alpha1.KVRouter) []string {
-	args := []string{
-		"--port", strconv.Itoa(RouterPort),
-		"--admin-addr", ":" + strconv.Itoa(RouterAdminPort),
+	var args []string
+	if UsesInferencePool(kvr) {
+		args = []string{
+			"--mode", RouterModeEPP,
+			// TLS on the ext_proc port, with a self-signed certificate the gateways do not
+			// verify: what they expect of a picker (some cannot dial one in clear text).
+			"--grpc-tls",
+			"--grpc-port", strconv.Itoa(RouterGRPCPort),
+			"--grpc-health-port", strconv.Itoa(RouterGRPCHealthPort),
+		}
+	} else {
+		args = []string{"--port", strconv.Itoa(RouterPort)}
+	}
+	args = append(args,
+		"--admin-addr", ":"+strconv.Itoa(RouterAdminPort),
 		"--discovery", "kubernetes",
 		"--namespace", kvr.Namespace,
 		"--selector", EngineSelector(kvr),
@@ -56,7 +75,7 @@ func routerArgs(kvr *v1alpha1.KVRouter) []string {
 		"--block-size", strconv.Itoa(int(kvr.Spec.Engine.BlockSize)),
 		"--policy", string(kvr.Spec.Router.Policy),
 		"--model", ServedName(kvr),
-	}
+	)
 	if h := kvr.Spec.Router.SessionHeader; h != "" {
 		args = append(args, "--session-header", h)
 	}
@@ -106,28 +125,56 @@ func routerResources(kvr *v1alpha1.KVRouter) corev1.ResourceRequirements {
 	return *r.DeepCopy()
 }
 
-func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
-	sel := selectorLabels(kvr, NameRouter, ComponentRouter)
-	probe := func(path string, period, failures int32) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(PortNameHTTP)}},
-			PeriodSeconds:    period,
-			FailureThreshold: failures,
-			TimeoutSeconds:   2,
+// routerContainerPorts are the router's ports: the public HTTP port, or as the endpoint picker
+// the ext_proc and gRPC health ports; and the admin port in both modes.
+func routerContainerPorts(kvr *v1alpha1.KVRouter) []corev1.ContainerPort {
+	admin := corev1.ContainerPort{Name: PortNameAdmin, ContainerPort: RouterAdminPort, Protocol: corev1.ProtocolTCP}
+	if UsesInferencePool(kvr) {
+		return []corev1.ContainerPort{
+			{Name: PortNameGRPC, ContainerPort: RouterGRPCPort, Protocol: corev1.ProtocolTCP},
+			{Name: PortNameGRPCHealth, ContainerPort: RouterGRPCHealthPort, Protocol: corev1.ProtocolTCP},
+			admin,
 		}
 	}
+	return []corev1.ContainerPort{
+		{Name: PortNameHTTP, ContainerPort: RouterPort, Protocol: corev1.ProtocolTCP},
+		admin,
+	}
+}
+
+// routerProbe is the router's readiness or liveness probe: HTTP on the public port, or, for the
+// endpoint picker, which serves no HTTP there, the kubelet's gRPC probe of its health port.
+func routerProbe(kvr *v1alpha1.KVRouter, readiness bool) *corev1.Probe {
+	p := &corev1.Probe{PeriodSeconds: 10, FailureThreshold: 3, TimeoutSeconds: 2}
+	if readiness {
+		p.PeriodSeconds = 5
+	}
+	switch {
+	case UsesInferencePool(kvr):
+		service := "liveness"
+		if readiness {
+			service = "readiness"
+		}
+		p.GRPC = &corev1.GRPCAction{Port: RouterGRPCHealthPort, Service: ptr.To(service)}
+	case readiness:
+		p.HTTPGet = &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString(PortNameHTTP)}
+	default:
+		p.HTTPGet = &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromString(PortNameHTTP)}
+	}
+	return p
+}
+
+func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
+	sel := selectorLabels(kvr, NameRouter, ComponentRouter)
 	c := corev1.Container{
-		Name:    RouterContainerName,
-		Image:   routerImage(kvr, opts),
-		Command: []string{"/router"},
-		Args:    routerArgs(kvr),
-		Ports: []corev1.ContainerPort{
-			{Name: PortNameHTTP, ContainerPort: RouterPort, Protocol: corev1.ProtocolTCP},
-			{Name: PortNameAdmin, ContainerPort: RouterAdminPort, Protocol: corev1.ProtocolTCP},
-		},
+		Name:            RouterContainerName,
+		Image:           routerImage(kvr, opts),
+		Command:         []string{"/router"},
+		Args:            routerArgs(kvr),
+		Ports:           routerContainerPorts(kvr),
 		Resources:       routerResources(kvr),
-		ReadinessProbe:  probe("/ready", 5, 3),
-		LivenessProbe:   probe("/health", 10, 3),
+		ReadinessProbe:  routerProbe(kvr, true),
+		LivenessProbe:   routerProbe(kvr, false),
 		SecurityContext: containerSecurityContext(true),
 	}
 	keyVolumes, keyMounts := routerKeyVolumes(kvr)
@@ -161,20 +208,37 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 	}
 }
 
+// appProtocolH2C marks a Service port as HTTP/2 without TLS (gRPC in clear text: the health
+// port), and appProtocolHTTP2 as HTTP/2 (the ext_proc port, over TLS, as the Inference
+// Extension's own picker Service marks it), so that Gateways and meshes that read appProtocol
+// speak HTTP/2 to them rather than HTTP/1.1.
+const (
+	appProtocolH2C   = "kubernetes.io/h2c"
+	appProtocolHTTP2 = "http2"
+)
+
 func routerService(kvr *v1alpha1.KVRouter, opts Options) *corev1.Service {
+	port := func(name string, number int32) corev1.ServicePort {
+		return corev1.ServicePort{Name: name, Port: number, TargetPort: intstr.FromString(name), Protocol: corev1.ProtocolTCP}
+	}
+	// One Service for every port: the admin port is kept to its readers by the router's
+	// NetworkPolicy, not by being left out of the Service, so that the ServiceMonitor, KEDA and
+	// the operator reach every router replica by one name.
+	ports := []corev1.ServicePort{port(PortNameHTTP, RouterPort), port(PortNameAdmin, RouterAdminPort)}
+	if UsesInferencePool(kvr) {
+		// The InferencePool's endpointPickerRef names the ext_proc port; the health port is for
+		// Gateways that health-check the picker through the Service.
+		grpc, health := port(PortNameGRPC, RouterGRPCPort), port(PortNameGRPCHealth, RouterGRPCHealthPort)
+		grpc.AppProtocol, health.AppProtocol = ptr.To(appProtocolHTTP2), ptr.To(appProtocolH2C)
+		ports = []corev1.ServicePort{grpc, health, port(PortNameAdmin, RouterAdminPort)}
+	}
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: selectorLabels(kvr, NameRouter, ComponentRouter),
-			// One Service for both ports: the admin port is kept to its readers by the router's
-			// NetworkPolicy, not by being left out of the Service, so that the ServiceMonitor,
-			// KEDA and the operator reach every router replica by one name.
-			Ports: []corev1.ServicePort{
-				{Name: PortNameHTTP, Port: RouterPort, TargetPort: intstr.FromString(PortNameHTTP), Protocol: corev1.ProtocolTCP},
-				{Name: PortNameAdmin, Port: RouterAdminPort, TargetPort: intstr.FromString(PortNameAdmin), Protocol: corev1.ProtocolTCP},
-			},
+			Ports:    ports,
 		},
 	}
 }

@@ -142,8 +142,8 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 	if r := kvr.Spec.Router; r.Replicas != nil && *r.Replicas < 1 {
 		errs = append(errs, field.Invalid(spec.Child("router", "replicas"), *r.Replicas, "must be at least 1"))
 	}
-	if gw := kvr.Spec.Gateway; gw != nil && len(gw.ParentRefs) == 0 {
-		errs = append(errs, field.Required(spec.Child("gateway", "parentRefs"), "name at least one Gateway"))
+	if gw := kvr.Spec.Gateway; gw != nil {
+		errs = append(errs, validateGateway(kvr)...)
 	}
 	if a := kvr.Spec.Autoscaling; a != nil {
 		ap := spec.Child("autoscaling")
@@ -176,6 +176,37 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 		}
 	}
 	return errs.ToAggregate()
+}
+
+// validateGateway mirrors the schema and CEL rules of spec.gateway, and the rule on the spec that
+// keeps the router's API key from an InferencePool that fails open, where the Gateway would
+// skip the router, and its key check, while it cannot reach it.
+func validateGateway(kvr *v1alpha1.KVRouter) field.ErrorList {
+	var errs field.ErrorList
+	gw := kvr.Spec.Gateway
+	gp := field.NewPath("spec", "gateway")
+	if len(gw.ParentRefs) == 0 {
+		errs = append(errs, field.Required(gp.Child("parentRefs"), "name at least one Gateway"))
+	}
+	modes := []string{string(v1alpha1.GatewayModeHTTPRoute), string(v1alpha1.GatewayModeInferencePool)}
+	if !slices.Contains(modes, string(gw.Mode)) {
+		errs = append(errs, field.NotSupported(gp.Child("mode"), gw.Mode, modes))
+	}
+	failureModes := []string{string(v1alpha1.FailOpen), string(v1alpha1.FailClose)}
+	switch {
+	case gw.FailureMode == "":
+	case !slices.Contains(failureModes, string(gw.FailureMode)):
+		errs = append(errs, field.NotSupported(gp.Child("failureMode"), gw.FailureMode, failureModes))
+	case gw.Mode != v1alpha1.GatewayModeInferencePool:
+		errs = append(errs, field.Invalid(gp.Child("failureMode"), gw.FailureMode,
+			"applies only to spec.gateway.mode: InferencePool (it is the InferencePool's endpoint-picker failure mode)"))
+	}
+	if UsesInferencePool(kvr) && kvr.Spec.Router.APIKeySecret != nil && gw.FailureMode != v1alpha1.FailClose {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "router", "apiKeySecret"), kvr.Spec.Router.APIKeySecret.Name,
+			"needs spec.gateway.failureMode: FailClose with spec.gateway.mode: InferencePool: with FailOpen the Gateway forwards "+
+				"requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check"))
+	}
+	return errs
 }
 
 // maxMonitoringLabels, maxIntervalLength and scrapeInterval mirror the schema of spec.monitoring.

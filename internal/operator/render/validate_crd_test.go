@@ -88,7 +88,8 @@ func TestCRDRulesAgreeWithValidate(t *testing.T) {
 }
 
 // TestSchemaAgreesWithValidate: for the fields whose schema Validate copies (the scrape interval's
-// pattern, the engine UID's range), the CRD admits exactly what Validate accepts.
+// pattern, the engine UID's range, spec.gateway's modes and their CEL rules), the CRD admits
+// exactly what Validate accepts.
 func TestSchemaAgreesWithValidate(t *testing.T) {
 	crd := newCRDAdmission(t)
 	agree := func(what string, kvr *v1alpha1.KVRouter) {
@@ -104,6 +105,25 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
 		kvr.Spec.Monitoring = &v1alpha1.MonitoringSpec{Interval: interval}
 		agree("interval "+interval, kvr)
+	}
+	// spec.gateway's mode and failure mode, and the router's key, which no mode but HTTPRoute can
+	// check: the CRD's enums and CEL rules against Validate.
+	for _, mode := range []v1alpha1.GatewayMode{"", v1alpha1.GatewayModeHTTPRoute, v1alpha1.GatewayModeInferencePool, "Service"} {
+		for _, failure := range []v1alpha1.EndpointPickerFailureMode{"", v1alpha1.FailOpen, v1alpha1.FailClose, "Retry"} {
+			for _, routerKey := range []bool{false, true} {
+				for _, engineKey := range []bool{false, true} {
+					kvr := wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "h.example.com").Obj()
+					kvr.Spec.Gateway.Mode, kvr.Spec.Gateway.FailureMode = mode, failure
+					if routerKey {
+						kvr.Spec.Router.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "keys"}
+					}
+					if engineKey {
+						kvr.Spec.Engine.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "engine-key"}
+					}
+					agree(fmt.Sprintf("gateway mode %q failureMode %q router key %v engine key %v", mode, failure, routerKey, engineKey), kvr)
+				}
+			}
+		}
 	}
 	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
 		kvr := wrappers.MakeKVRouter("m", "ns").Obj()

@@ -15,9 +15,9 @@ limitations under the License.
 */
 
 // Package discovery finds the engines the router sends traffic to: from a watched YAML file
-// (laptops, HPC, tests) or from the engine pods of one KVRouter in Kubernetes. Either way the
-// result is a full list of endpoints handed to a callback whenever it changes; endpoints come and
-// go without a restart.
+// (laptops, HPC, tests), from the engine pods of one KVRouter in Kubernetes, or from the pods of a
+// Gateway API Inference Extension InferencePool. Either way the result is a full list of
+// endpoints handed to a callback whenever it changes; endpoints come and go without a restart.
 package discovery
 
 import (

@@ -248,17 +248,56 @@ func TestKubernetesNoIPNoPortFallback(t *testing.T) {
 	k := &Kubernetes{HTTPPort: 8000}
 	p := enginePod("x", "10.1.2.3", true)
 	p.Spec.Containers[0].Ports = nil
-	e, ok := k.endpoint(p)
-	if !ok || e.URL != "http://10.1.2.3:8000" || e.KVEvents != "" {
-		t.Fatalf("fallback port: %+v %v", e, ok)
+	eps := k.endpoints(p)
+	if len(eps) != 1 || eps[0].URL != "http://10.1.2.3:8000" || eps[0].KVEvents != "" {
+		t.Fatalf("fallback port: %+v", eps)
 	}
 	now := metav1.Now()
 	p.DeletionTimestamp = &now
-	if e, _ := k.endpoint(p); e.Ready {
-		t.Fatal("terminating pod is ready")
+	if eps := k.endpoints(p); len(eps) != 1 || eps[0].Ready {
+		t.Fatalf("terminating pod: %+v", eps)
 	}
 	p.Status.PodIP = ""
-	if _, ok := k.endpoint(p); ok {
-		t.Fatal("pod without IP became an endpoint")
+	if eps := k.endpoints(p); len(eps) != 0 {
+		t.Fatalf("pod without IP became an endpoint: %+v", eps)
+	}
+	if eps := (&Kubernetes{}).endpoints(enginePod("y", "10.1.2.4", true)); len(eps) != 1 || eps[0].URL != "http://10.1.2.4:8000" {
+		t.Fatalf("named http port: %+v", eps)
+	}
+	noPort := enginePod("z", "10.1.2.5", true)
+	noPort.Spec.Containers[0].Ports = nil
+	if eps := (&Kubernetes{}).endpoints(noPort); len(eps) != 0 {
+		t.Fatalf("pod without an HTTP port became an endpoint: %+v", eps)
+	}
+}
+
+func TestKubernetesTargetPorts(t *testing.T) {
+	p := enginePod("e", "10.1.2.3", true)
+	// One target port: named after the pod, the pool's port wins over the named http port.
+	k := &Kubernetes{TargetPorts: []int{8100}, DPRanks: 2}
+	want := []Endpoint{{Name: "e", URL: "http://10.1.2.3:8100", KVEvents: "tcp://10.1.2.3:5557",
+		KVReplay: "tcp://10.1.2.3:5558", DPRanks: 2, Ready: true}}
+	if got := k.endpoints(p); !equal(got, want) {
+		t.Fatalf("one port:\n got %+v\nwant %+v", got, want)
+	}
+	// Several: one engine per port, event ports offset by the port's index (rank).
+	k = &Kubernetes{TargetPorts: []int{8000, 8001, 8002}, EventsPort: 6000, ReplayPort: 7000}
+	want = []Endpoint{
+		{Name: "e:8000", URL: "http://10.1.2.3:8000", KVEvents: "tcp://10.1.2.3:5557", KVReplay: "tcp://10.1.2.3:5558", Ready: true},
+		{Name: "e:8001", URL: "http://10.1.2.3:8001", KVEvents: "tcp://10.1.2.3:5558", KVReplay: "tcp://10.1.2.3:5559", Ready: true},
+		{Name: "e:8002", URL: "http://10.1.2.3:8002", KVEvents: "tcp://10.1.2.3:5559", KVReplay: "tcp://10.1.2.3:5560", Ready: true},
+	}
+	if got := k.endpoints(p); !equal(got, want) {
+		t.Fatalf("three ports:\n got %+v\nwant %+v", got, want)
+	}
+	// Defaults when the pod names no event ports; none at all without defaults.
+	p.Spec.Containers[0].Ports = nil
+	got := k.endpoints(p)
+	if len(got) != 3 || got[1].KVEvents != "tcp://10.1.2.3:6001" || got[2].KVReplay != "tcp://10.1.2.3:7002" {
+		t.Fatalf("default event ports: %+v", got)
+	}
+	k.EventsPort, k.ReplayPort = 0, 0
+	if got := k.endpoints(p); len(got) != 3 || got[0].KVEvents != "" || got[2].KVReplay != "" {
+		t.Fatalf("no event ports: %+v", got)
 	}
 }

@@ -43,6 +43,15 @@ type Kubernetes struct {
 	Selector  labels.Selector
 	// Ports used when a pod's container does not name them (http, kv-events, kv-replay).
 	HTTPPort, EventsPort, ReplayPort int
+	// TargetPorts, when set, are the HTTP ports of the engines on every selected pod (an
+	// InferencePool's targetPorts); they win over the pod's named http port and HTTPPort, because
+	// the pool is what the gateway also routes by. With one port the endpoint is named after the
+	// pod, as without TargetPorts. With several, each port is an engine of its own named
+	// <pod>:<port>, and the i-th port's KV event and replay ports are those of the pod (named or
+	// defaults) plus i. That offset is an assumption about how such pods are built: one vLLM
+	// server per data-parallel rank, listed in rank order, and vLLM adds the rank to the port of
+	// both ZMQ endpoints (kv-events-config endpoint and replay_endpoint).
+	TargetPorts []int
 	// DPRanks is the number of data-parallel ranks per pod (1: none).
 	DPRanks int
 	Log     logr.Logger
@@ -93,11 +102,9 @@ func (k *Kubernetes) Run(ctx context.Context, update func([]Endpoint)) error {
 			k.Log.Error(err, "listing engine pods")
 			return
 		}
-		next := make([]Endpoint, 0, len(pods))
+		next := make([]Endpoint, 0, len(pods)*max(1, len(k.TargetPorts)))
 		for _, p := range pods {
-			if e, ok := k.endpoint(p); ok {
-				next = append(next, e)
-			}
+			next = append(next, k.endpoints(p)...)
 		}
 		sortEndpoints(next)
 		if first || !equal(next, cur) {
@@ -123,10 +130,11 @@ func (k *Kubernetes) Run(ctx context.Context, update func([]Endpoint)) error {
 	}
 }
 
-// endpoint turns a pod into an endpoint; false for a pod that has no IP yet.
-func (k *Kubernetes) endpoint(p *corev1.Pod) (Endpoint, bool) {
+// endpoints turns a pod into its engines: none for a pod that has no IP yet or has finished, or
+// that has no HTTP port; one per target port otherwise.
+func (k *Kubernetes) endpoints(p *corev1.Pod) []Endpoint {
 	if p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return Endpoint{}, false
+		return nil
 	}
 	httpPort, events, replay := k.HTTPPort, k.EventsPort, k.ReplayPort
 	for _, c := range p.Spec.Containers {
@@ -141,23 +149,40 @@ func (k *Kubernetes) endpoint(p *corev1.Pod) (Endpoint, bool) {
 			}
 		}
 	}
-	if httpPort <= 0 {
-		return Endpoint{}, false
+	ports := k.TargetPorts
+	if len(ports) == 0 {
+		if httpPort <= 0 {
+			return nil
+		}
+		ports = []int{httpPort}
 	}
 	ip := p.Status.PodIP
-	e := Endpoint{
-		Name:    p.Name,
-		URL:     "http://" + net.JoinHostPort(ip, strconv.Itoa(httpPort)),
-		DPRanks: k.DPRanks,
-		Ready:   p.DeletionTimestamp == nil && podReady(p),
+	ready := p.DeletionTimestamp == nil && podReady(p)
+	eps := make([]Endpoint, 0, len(ports))
+	for i, port := range ports {
+		e := Endpoint{
+			Name:    p.Name,
+			URL:     "http://" + net.JoinHostPort(ip, strconv.Itoa(port)),
+			DPRanks: k.DPRanks,
+			Ready:   ready,
+		}
+		if len(ports) > 1 {
+			e.Name = p.Name + ":" + strconv.Itoa(port)
+		}
+		e.KVEvents = zmqEndpoint(ip, events, i)
+		e.KVReplay = zmqEndpoint(ip, replay, i)
+		eps = append(eps, e)
 	}
-	if events > 0 {
-		e.KVEvents = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(events))
+	return eps
+}
+
+// zmqEndpoint is tcp://ip:port+offset, or empty when there is no port (the engine then gets no
+// event subscription rather than one to a port that cannot exist).
+func zmqEndpoint(ip string, port, offset int) string {
+	if port <= 0 || port+offset > 65535 {
+		return ""
 	}
-	if replay > 0 {
-		e.KVReplay = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(replay))
-	}
-	return e, true
+	return "tcp://" + net.JoinHostPort(ip, strconv.Itoa(port+offset))
 }
 
 func podReady(p *corev1.Pod) bool {

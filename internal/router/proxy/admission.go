@@ -55,11 +55,11 @@ func newShedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 // priority reads the request's admission priority; an unknown value is the client's error,
 // not silently the default, so a typo in a batch job's header shows at once. With admission off
 // the header means nothing and is not read.
-func (s *Server) priority(r *http.Request) (admission.Priority, error) {
+func (s *Server) priority(header http.Header) (admission.Priority, error) {
 	if s.admit == nil {
 		return admission.Interactive, nil
 	}
-	p, err := admission.ParsePriority(r.Header.Get(PriorityHeader))
+	p, err := admission.ParsePriority(header.Get(PriorityHeader))
 	if err != nil {
 		return p, &apiError{status: http.StatusBadRequest, typ: invalidRequest, msg: PriorityHeader + ": " + err.Error()}
 	}
@@ -68,12 +68,12 @@ func (s *Server) priority(r *http.Request) (admission.Priority, error) {
 
 // admitEarly sheds, before the request is tokenized and routed, what no engine could take within
 // the bounds: the cheapest place, since a shed request then costs neither a /tokenize call nor an
-// index lookup.
-func (s *Server) admitEarly(t *table, p admission.Priority) error {
+// index lookup. Only the eligible routes count (nil: all).
+func (s *Server) admitEarly(t *table, p admission.Priority, eligible func(*route) bool) error {
 	if s.admit == nil {
 		return nil
 	}
-	eps := s.endpoints(t)
+	eps := s.snapshot(t, eligible)
 	aeps := make([]admission.Endpoint, 0, len(eps))
 	s.policyMu.Lock() // once for the fleet, not once per endpoint
 	for i := range eps {

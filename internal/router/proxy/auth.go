@@ -18,7 +18,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,38 +57,44 @@ func requiresKey(p string) bool {
 
 // requireKey wraps the router's handler with the client key check (a no-op without keys).
 func (s *Server) requireKey(next http.Handler) http.Handler {
-	keys := s.cfg.Auth.Clients
-	if keys == nil {
+	if s.cfg.Auth.Clients == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// CORS preflights carry no credentials, as in vLLM.
-		if r.Method == http.MethodOptions || !requiresKey(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
+		if r.Method != http.MethodOptions {
+			if err := s.checkKey(r.URL.Path, r.Header); err != nil {
+				s.refuse(w, err)
+				return
+			}
 		}
-		header := r.Header.Get("Authorization")
-		if keys.Set().Allows(header) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		msg := "invalid API key"
-		if header == "" {
-			msg = "missing API key: send it as Authorization: Bearer <key>"
-		}
-		s.metrics.requests.WithLabelValues("", "401").Inc()
-		writeKeyError(w, msg)
+		next.ServeHTTP(w, r)
 	})
 }
 
-// writeKeyError answers 401 the way OpenAI's API does, so that client SDKs raise their
-// authentication error. The presented key is never echoed.
-func writeKeyError(w http.ResponseWriter, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
-	w.WriteHeader(http.StatusUnauthorized)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"message": msg, "type": "invalid_request_error", "param": nil, "code": "invalid_api_key"}})
+// checkKey says whether a request to p with header may pass the client key check: nil, or the
+// 401 it is answered with. Both front ends ask it.
+func (s *Server) checkKey(p string, header http.Header) error {
+	keys := s.cfg.Auth.Clients
+	if keys == nil || !requiresKey(p) {
+		return nil
+	}
+	presented := header.Get("Authorization")
+	if keys.Set().Allows(presented) {
+		return nil
+	}
+	msg := "invalid API key"
+	if presented == "" {
+		msg = "missing API key: send it as Authorization: Bearer <key>"
+	}
+	return keyError(msg)
+}
+
+// keyError is a 401 as OpenAI's API answers it, so that client SDKs raise their authentication
+// error. The presented key is never echoed.
+func keyError(msg string) *apiError {
+	return &apiError{status: http.StatusUnauthorized, typ: invalidRequest, code: "invalid_api_key", msg: msg,
+		header: http.Header{"Www-Authenticate": {`Bearer realm="kvrouter"`}}}
 }
 
 // upstreamAuthorization is the Authorization value a request to an engine carries, given the

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
-	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
 )
 
@@ -98,23 +97,9 @@ func (x *exchange) run(t *table, d policy.Decision) {
 			return
 		}
 		rt := &t.routes[i]
-		var predicted []kvindex.Key
-		if len(x.keys) > 0 {
-			// Predicted residency covers the time until the engine reports the blocks (its
-			// queue, then the events' lag), so a burst of siblings, or the next request of a
-			// prefix while the first still waits in a busy engine's queue, follows this one
-			// instead of starting a second copy elsewhere. The prefix the lookup just found
-			// confirmed there needs no prediction (the index would skip it anyway, at the cost
-			// of a probe per block: ~0.5 ms for a 90K-token cached prefix).
-			held := 0
-			if i < len(x.gpuHeld) {
-				held = min(x.gpuHeld[i], len(x.keys))
-			}
-			predicted = x.keys[held:]
-			s.index.PredictPendingKeys(rt.src, predicted)
-		}
+		predicted := s.predict(rt, i, x.keys, x.gpuHeld)
 		deadline := s.ttfbDeadline(rt.name, ttft, x.stream, x.maxTokens, s.endpointStreams(rt.name))
-		res := x.attempt(rt, s.tracker.Dispatch(name, uncached, x.workTokens), work, predicted, deadline)
+		res := x.attempt(s.newCharge(rt, s.tracker.Dispatch(name, uncached, x.workTokens), predicted, work, x.stream), deadline)
 		if res == answered {
 			return
 		}
@@ -165,21 +150,14 @@ func (x *exchange) fallback(t *table, fallbacks []string, failed *route) string 
 	return ""
 }
 
-// attempt performs one upstream exchange and says how it ended. Nothing reaches the client
-// before the engine's first body byte (the status and headers wait for it too), so that an
-// attempt on an engine that never answers can still move.
-func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predicted []kvindex.Key, deadline time.Duration) result {
+// attempt performs one upstream exchange, accounted on c, and says how it ended. Nothing
+// reaches the client before the engine's first body byte (the status and headers wait for it
+// too), so that an attempt on an engine that never answers can still move.
+func (x *exchange) attempt(c *charge, deadline time.Duration) result {
 	s := x.s
+	rt, h := c.rt, c.h
 	// Released on every way out, the aborted-connection panic included.
-	defer ticket.Done()
-	settle := func() {
-		if predicted != nil {
-			s.index.SettleKeys(rt.src, predicted)
-			predicted = nil
-		}
-	}
-	defer settle()
-	h := s.outliers.route(rt.name, rt.ep.URL)
+	defer c.release()
 	ctx, cancel := context.WithCancelCause(x.r.Context())
 	defer cancel(nil)
 	// Whether the whole request reached the engine decides whether moving it is safe.
@@ -203,8 +181,8 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 	if rt.ranks > 1 {
 		req.Header.Set(dpRankHeader, strconv.Itoa(rt.rank))
 	}
-	sent := s.now()
-	wd := s.watch(h, rt.name, sent, deadline, cancel)
+	c.sent = s.now()
+	wd := s.watch(h, rt.name, c.sent, deadline, cancel)
 	defer wd.stop()
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -230,42 +208,18 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 	defer resp.Body.Close()
 
 	buf := make([]byte, 16<<10)
-	started := false // the status, the headers and some bytes went to the client
-	timed := x.stream && resp.StatusCode == http.StatusOK
+	c.respond(resp.StatusCode)
 	var flusher http.Flusher
-	var itl itlMeter
 	for {
 		wd.reading(s.now())
 		n, rerr := resp.Body.Read(buf)
 		wd.read()
 		if n > 0 {
-			now := s.now()
-			h.touch(now)
-			if timed {
-				itl.add(buf[:n], now)
-			}
-			if !started {
-				started = true
+			if c.received(buf[:n], s.now()) {
 				wd.begin()
-				ttft := now.Sub(sent)
-				ticket.FirstToken()
-				settle()
-				s.outliers.success(h)
 				// The attempt cannot move any more: the request body and keys (~0.5 MB and
 				// 50 KB for a 100K-token prompt) need not live as long as the stream.
 				x.body, x.keys = nil, nil
-				if timed {
-					itl.streams = s.endpointStreams(rt.name)
-				}
-				if resp.StatusCode == http.StatusOK {
-					s.metrics.ttft.Observe(ttft.Seconds())
-					// Only streams time the first token; a whole answer times the generation.
-					if x.stream && work >= 0 {
-						s.policyMu.Lock()
-						s.policy.ObserveTTFT(rt.name, work, ttft.Seconds())
-						s.policyMu.Unlock()
-					}
-				}
 				flusher = x.writeHeader(rt, resp)
 			}
 			if _, werr := x.w.Write(buf[:n]); werr != nil {
@@ -278,17 +232,10 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 			}
 		}
 		if rerr == io.EOF {
-			if !started {
-				s.outliers.success(h)
+			if !c.started {
 				x.writeHeader(rt, resp)
 			}
-			s.metrics.requests.WithLabelValues(rt.name, strconv.Itoa(resp.StatusCode)).Inc()
-			if gap, ok := itl.mean(); ok {
-				streams := float64(itl.streams+s.endpointStreams(rt.name)) / 2
-				s.policyMu.Lock()
-				s.policy.ObserveITL(rt.name, streams, gap.Seconds())
-				s.policyMu.Unlock()
-			}
+			c.finished()
 			return answered
 		}
 		if rerr == nil {
@@ -299,7 +246,7 @@ func (x *exchange) attempt(rt *route, ticket *loadsignal.Ticket, work int, predi
 			return answered
 		}
 		cause := context.Cause(ctx)
-		if !started {
+		if !c.started {
 			if gaveUp(ctx) {
 				s.metrics.upstreamErrors.WithLabelValues(rt.name, "unresponsive").Inc()
 				return unresponsive

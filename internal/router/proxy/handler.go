@@ -49,8 +49,8 @@ const (
 )
 
 // handleInference serves /v1/completions and /v1/chat/completions: it reads the request,
-// tokenizes its prompt, has the policy pick an engine, and forwards the request there. A step
-// that refuses the request returns the apiError the client is answered with.
+// decides where it goes (decideRequest), and forwards it there. A step that refuses the request
+// returns the apiError the client is answered with.
 func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.counters.requests.Add(1)
@@ -59,23 +59,8 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			s.refuse(w, err)
 			return
 		}
-		req, err := s.parseRequest(r, kind, body)
-		if err != nil {
-			s.refuse(w, err)
-			return
-		}
-		pri, err := s.priority(r)
-		if err != nil {
-			s.refuse(w, err)
-			return
-		}
 		t := s.tbl.Load()
-		if err := s.admitEarly(t, pri); err != nil {
-			s.refuse(w, err)
-			return
-		}
-		tokens, tokenized := s.tokens(r.Context(), t, kind, &req)
-		rt, err := s.route(t, r, &req, tokens, tokenized, pri)
+		req, rt, err := s.decideRequest(t, incoming{ctx: r.Context(), header: r.Header, kind: kind, body: body})
 		if err != nil {
 			s.refuse(w, err)
 			return
@@ -89,6 +74,53 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 	}
 }
 
+// incoming is an inference request as a front end received it, body read.
+type incoming struct {
+	ctx    context.Context // the client's: cancels the /tokenize call when it leaves
+	header http.Header
+	kind   apiKind
+	body   []byte
+	// eligible, when not nil, says which routes the request may go to (the gateway's subset
+	// hint in EPP mode); the others are not ready as far as the policy and admission see.
+	eligible func(*route) bool
+}
+
+// decideRequest runs every step from a received body to a decision, for both front ends alike
+// (the HTTP proxy forwards the request where it says, the EPP tells Envoy): parse, priority,
+// early admission, tokens, then the index lookup, the policy and admission on its choice.
+func (s *Server) decideRequest(t *table, in incoming) (inference, routing, error) {
+	req, err := s.parseRequest(in.ctx, in.header, in.kind, in.body)
+	if err != nil {
+		return req, routing{}, err
+	}
+	pri, err := s.priority(in.header)
+	if err != nil {
+		return req, routing{}, err
+	}
+	if err := s.admitEarly(t, pri, in.eligible); err != nil {
+		return req, routing{}, err
+	}
+	var tokens []uint32
+	tokenized := false
+	if in.eligible == nil || anyEligible(t, in.eligible) {
+		// A request the gateway allowed no known engine for is answered 503 below without
+		// costing a /tokenize call.
+		tokens, tokenized = s.tokens(in.ctx, t, in.kind, &req)
+	}
+	rt, err := s.route(t, in.header, &req, tokens, tokenized, pri, in.eligible)
+	return req, rt, err
+}
+
+// anyEligible reports whether eligible allows some route of t.
+func anyEligible(t *table, eligible func(*route) bool) bool {
+	for i := range t.routes {
+		if eligible(&t.routes[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // routing is a request as the policy saw it, and the policy's answer.
 type routing struct {
 	req      policy.Request
@@ -97,17 +129,18 @@ type routing struct {
 	gpuHeld  []int // per route: leading blocks of keys it held on GPU at the lookup
 }
 
-// route has the policy pick an engine for the request. When none can take it, the answer is a
-// 503 the client may retry; when admission control sheds it there, a 429.
-func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint32, tokenized bool, pri admission.Priority) (routing, error) {
-	rt := routing{req: s.policyRequest(r, req, tokens, tokenized)}
+// route has the policy pick an engine for the request among the eligible routes (nil: all).
+// When none can take it, the answer is a 503 the client may retry; when admission control sheds
+// it there, a 429.
+func (s *Server) route(t *table, header http.Header, req *inference, tokens []uint32, tokenized bool, pri admission.Priority, eligible func(*route) bool) (routing, error) {
+	rt := routing{req: s.policyRequest(header, req, tokens, tokenized)}
 	start := s.now()
 	if tokenized && s.index != nil {
 		// Computed once, for the lookup and for the prediction after dispatch.
 		params := kvindex.KeyParams{LoRAName: req.lora, CacheSalt: req.CacheSalt}
 		rt.keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
 	}
-	eps := s.endpoints(t)
+	eps := s.snapshot(t, eligible)
 	rt.decision, rt.gpuHeld = s.pick(t, eps, rt.req, rt.keys)
 	s.metrics.decisionSeconds.Observe(s.now().Sub(start).Seconds())
 	s.countDecision(rt.decision)
@@ -120,8 +153,7 @@ func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint3
 		if rt.decision.Reason == policy.ReasonAdmissionFull {
 			msg = "every engine is at its admission limit"
 		}
-		return rt, &apiError{status: http.StatusServiceUnavailable, typ: serverError, msg: msg,
-			header: http.Header{"Retry-After": {strconv.Itoa(s.cfg.RetryAfter)}}}
+		return rt, s.unavailable(msg)
 	}
 	if tokenized {
 		s.counters.promptTokens.Add(uint64(len(tokens)))
@@ -130,8 +162,14 @@ func (s *Server) route(t *table, r *http.Request, req *inference, tokens []uint3
 	return rt, nil
 }
 
+// unavailable is the 503 of a request no engine can take now.
+func (s *Server) unavailable(msg string) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: serverError, msg: msg,
+		header: http.Header{"Retry-After": {strconv.Itoa(s.cfg.RetryAfter)}}}
+}
+
 // policyRequest is what the policy weighs of a request.
-func (s *Server) policyRequest(r *http.Request, req *inference, tokens []uint32, tokenized bool) policy.Request {
+func (s *Server) policyRequest(header http.Header, req *inference, tokens []uint32, tokenized bool) policy.Request {
 	promptTokens := len(tokens)
 	if !tokenized {
 		// Not a guess at the token count for the index (that is what tokenization is for);
@@ -141,17 +179,22 @@ func (s *Server) policyRequest(r *http.Request, req *inference, tokens []uint32,
 	preq := policy.Request{PromptTokens: promptTokens, Tokenized: tokenized, MaxTokens: req.maxTokens(),
 		TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load())}
 	if s.cfg.SessionHeader != "" {
-		preq.SessionKey = r.Header.Get(s.cfg.SessionHeader)
+		preq.SessionKey = header.Get(s.cfg.SessionHeader)
 	}
 	return preq
 }
 
+// outputTokens is the output a request is priced at: its limit, or the policy's default.
+func (s *Server) outputTokens(preq policy.Request) int {
+	if preq.MaxTokens > 0 {
+		return preq.MaxTokens
+	}
+	return s.policy.Config().DefaultMaxTokens
+}
+
 // newExchange prepares the request's way through the engine the policy chose.
 func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *inference, rt routing) *exchange {
-	out := rt.req.MaxTokens
-	if out <= 0 {
-		out = s.policy.Config().DefaultMaxTokens
-	}
+	out := s.outputTokens(rt.req)
 	return &exchange{s: s, w: w, r: r, body: req.body, path: r.URL.Path, stream: req.Stream, keys: rt.keys,
 		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out}
 }
@@ -270,6 +313,20 @@ func (s *Server) tokenizeOK() {
 // prompt route i holds on GPU (confirmed), nil without keys.
 func (s *Server) decide(t *table, req policy.Request, keys []kvindex.Key) (d policy.Decision, gpuHeld []int) {
 	return s.pick(t, s.endpoints(t), req, keys)
+}
+
+// snapshot is endpoints with the routes eligible does not allow (nil: all are) marked not ready,
+// so that the policy and admission control alike see them as unavailable.
+func (s *Server) snapshot(t *table, eligible func(*route) bool) []policy.Endpoint {
+	eps := s.endpoints(t)
+	if eligible != nil {
+		for i := range t.routes {
+			if !eligible(&t.routes[i]) {
+				eps[i].Ready = false
+			}
+		}
+	}
+	return eps
 }
 
 // endpoints is the policy's snapshot of every route's readiness and load, in t's order.

@@ -17,6 +17,7 @@ limitations under the License.
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,14 +85,19 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request) ([]byte, er
 	case err == nil:
 		return body, nil
 	case errors.As(err, &tooBig):
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: invalidRequest,
-			msg: fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes)}
+		return nil, s.tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, &apiError{status: http.StatusRequestTimeout, typ: invalidRequest,
 			msg:    fmt.Sprintf("request body not received within %v", s.cfg.BodyReadTimeout),
 			header: http.Header{"Connection": {"close"}}}
 	}
 	return nil, badRequest("", "cannot read request body: "+err.Error())
+}
+
+// tooLarge is the 413 of a body over MaxBodyBytes.
+func (s *Server) tooLarge() *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: invalidRequest,
+		msg: fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes)}
 }
 
 // readBody reads the request body up to limit, sized from Content-Length when the client gave
@@ -116,12 +122,12 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // parseRequest reads what the router needs of a request and checks it as far as an engine
 // would refuse it: a body it could not read, no model or prompt, or a model it does not serve.
-func (s *Server) parseRequest(r *http.Request, kind apiKind, body []byte) (inference, error) {
+func (s *Server) parseRequest(ctx context.Context, header http.Header, kind apiKind, body []byte) (inference, error) {
 	req, err := parseBody(kind, body)
 	if err != nil {
 		return req, err
 	}
-	lora, known := s.models.lookup(r.Context(), req.Model)
+	lora, known := s.models.lookup(ctx, req.Model)
 	if !known {
 		return req, &apiError{status: http.StatusNotFound, typ: invalidRequest, param: "model",
 			msg: fmt.Sprintf("the model %q does not exist", req.Model)}
@@ -132,7 +138,7 @@ func (s *Server) parseRequest(r *http.Request, kind apiKind, body []byte) (infer
 			return req, badRequest("vllm_xargs", err.Error())
 		}
 	}
-	req.authorization = s.cfg.Auth.upstreamAuthorization(r.Header.Get("Authorization"))
+	req.authorization = s.cfg.Auth.upstreamAuthorization(header.Get("Authorization"))
 	return req, nil
 }
 

@@ -201,6 +201,9 @@ type route struct {
 	rank  int
 	ranks int
 	src   kvindex.SourceID
+	// hostport is ep.URL's host:port, the route's address as a gateway names it (EPP mode); a
+	// DP engine's ranks share it.
+	hostport string
 }
 
 // table is an immutable snapshot of the routes, swapped whole on every discovery update.
@@ -234,6 +237,7 @@ type Server struct {
 	models *modelCache
 
 	tokRR    atomic.Uint64
+	loadRR   atomic.Uint64 // turns among equally loaded engines for requests placed by load (Pick)
 	counters counters
 	routed   routedWindowSamples
 	metrics  *metrics
@@ -316,7 +320,7 @@ func (s *Server) SetEndpoints(eps []discovery.Endpoint) {
 				name = e.Name + "/dp" + strconv.Itoa(r)
 			}
 			t.routes = append(t.routes, route{name: name, ep: e, rank: r, ranks: n,
-				src: kvindex.SourceID{Endpoint: e.Name, Rank: r}})
+				src: kvindex.SourceID{Endpoint: e.Name, Rank: r}, hostport: urlHostPort(e.URL)})
 		}
 	}
 	sort.Slice(t.routes, func(i, j int) bool { return t.routes[i].name < t.routes[j].name })

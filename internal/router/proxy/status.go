@@ -85,15 +85,9 @@ func (s *Server) readyCount() int {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
-	if s.readyCount() == 0 {
-		http.Error(w, "no engine is ready", http.StatusServiceUnavailable)
+	if ok, why := s.Ready(); !ok {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
-	}
-	if g := s.cfg.ReadyGate; g != nil {
-		if ok, why := g(); !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
 	}
 	w.WriteHeader(http.StatusOK)
 }
