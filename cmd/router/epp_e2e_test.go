@@ -33,9 +33,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
@@ -101,32 +98,6 @@ func (f fleetRun) String() string {
 		f.label, 100*f.hitRate, f.reqPerSec, f.tokPerSec, f.perEngine)
 }
 
-// engineCounters sums the named counters of an engine's /metrics over their series.
-func engineCounters(t *testing.T, url string, names ...string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing %s/metrics: %v", url, err)
-	}
-	out := map[string]float64{}
-	for _, n := range names {
-		f, ok := families[n]
-		if !ok {
-			t.Fatalf("%s/metrics has no %s", url, n)
-		}
-		for _, m := range f.GetMetric() {
-			out[n] += m.GetCounter().GetValue()
-		}
-	}
-	return out
-}
-
 const (
 	mHits    = "vllm:prefix_cache_hits_total"
 	mQueries = "vllm:prefix_cache_queries_total"
@@ -164,7 +135,7 @@ func driveFleet(t *testing.T, label, url string, engines []*fleettest.Engine, wo
 	}
 	var hits, queries, gen, done float64
 	for _, e := range engines {
-		c := engineCounters(t, e.URL, mHits, mQueries, mGen, mDone)
+		c := fleettest.EngineCounters(t, e.URL, mHits, mQueries, mGen, mDone)
 		hits, queries, gen, done = hits+c[mHits], queries+c[mQueries], gen+c[mGen], done+c[mDone]
 	}
 	if queries == 0 {

@@ -27,39 +27,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
 func TestMain(m *testing.M) { fleettest.Main(m) }
-
-// counters reads an engine's own /metrics: each counter summed over its series.
-func counters(t *testing.T, url string, names ...string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing %s/metrics: %v", url, err)
-	}
-	out := map[string]float64{}
-	for _, n := range names {
-		f, ok := families[n]
-		if !ok {
-			t.Fatalf("%s/metrics has no %s", url, n)
-		}
-		for _, m := range f.GetMetric() {
-			out[n] += m.GetCounter().GetValue()
-		}
-	}
-	return out
-}
 
 // post sends a completion and returns the endpoint that served it, failing on an error status.
 func post(t *testing.T, routerURL, body string) string {

@@ -86,7 +86,7 @@ func TestStatusMatchesEngineCounters(t *testing.T) {
 	// The engines are idle now; wait for the router's next scrape of every engine.
 	own := map[string]map[string]float64{}
 	for _, e := range engines {
-		own[e.Name] = counters(t, e.URL, mQueries, mHits, mPreemptions)
+		own[e.Name] = fleettest.EngineCounters(t, e.URL, mQueries, mHits, mPreemptions)
 	}
 	st := router.WaitStatus(t, "a scrape of the final counters", func(st routerapi.Status) bool {
 		for _, ep := range st.Endpoints {

@@ -26,6 +26,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/kvrouter/kvrouter/internal/router/kvstream"
 	"github.com/kvrouter/kvrouter/internal/sim/server"
 )
@@ -238,4 +241,32 @@ func (r *Router) LiveHeap(t *testing.T) int64 {
 	}
 	t.Fatal("heap profile without HeapAlloc")
 	return 0
+}
+
+// EngineCounters reads an engine's own /metrics: each named counter summed over its series (a
+// missing one fails the test). Hit rates and token counts are judged from these, the engines'
+// word, not from what the router believes it placed.
+func EngineCounters(t *testing.T, url string, names ...string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing %s/metrics: %v", url, err)
+	}
+	out := map[string]float64{}
+	for _, n := range names {
+		f, ok := families[n]
+		if !ok {
+			t.Fatalf("%s/metrics has no %s", url, n)
+		}
+		for _, m := range f.GetMetric() {
+			out[n] += m.GetCounter().GetValue()
+		}
+	}
+	return out
 }

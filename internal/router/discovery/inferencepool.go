@@ -81,18 +81,8 @@ func (s *InferencePool) Run(ctx context.Context, update func([]Endpoint)) error 
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
 		}))
 	inf := factory.Inference().V1().InferencePools()
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	changed, err := changes(inf.Informer())
+	if err != nil {
 		return fmt.Errorf("InferencePool informer: %w", err)
 	}
 	// The informer retries a failing list or watch for ever; without this the only trace of a

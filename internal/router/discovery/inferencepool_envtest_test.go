@@ -28,10 +28,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	poolclient "sigs.k8s.io/gateway-api-inference-extension/client-go/clientset/versioned"
-
-	"github.com/kvrouter/kvrouter/test/rbacaudit"
 )
 
 // inferencePoolRole is what the router needs in InferencePool discovery. The pool rule names the
@@ -54,11 +51,11 @@ func inferencePoolCRD(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
 	if err != nil {
-		t.Skipf("locating the gateway-api-inference-extension module: %v", err)
+		t.Fatalf("locating the gateway-api-inference-extension module (a dependency in go.mod): %v", err)
 	}
 	crd := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml")
 	if _, err := os.Stat(crd); err != nil {
-		t.Skipf("InferencePool CRD: %v", err)
+		t.Fatalf("InferencePool CRD: %v", err)
 	}
 	return crd
 }
@@ -67,46 +64,9 @@ func inferencePoolCRD(t *testing.T) string {
 // kube-apiserver with the real InferencePool CRD, as a user holding only inferencePoolRole, and
 // checks from the audit log that the source needs every permission of that Role and no other.
 func TestEnvtestInferencePoolDiscovery(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS not set (make envtest builds the control plane into bin/k8s)")
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			t.Skipf("envtest binary missing: %v", err)
-		}
-	}
-	const routerUser = "kvrouter-router-under-test"
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions:     envtest.CRDInstallOptions{Paths: []string{inferencePoolCRD(t)}, ErrorIfPathMissing: true},
-	}
-	auditLog, err := rbacaudit.Enable(env, t.TempDir(), routerUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As in TestEnvtestKubernetesDiscovery: informers then list before they watch, so that both
-	// verbs of the Role are exercised.
-	env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", "WatchList=false")
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			if err := env.Stop(); err != nil {
-				t.Errorf("stop envtest: %v", err)
-			}
-		}
-	}
-	defer stop()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcs, err := poolclient.NewForConfig(cfg)
+	cp := startAuditedControlPlane(t, inferencePoolCRD(t))
+	cs := cp.admin
+	pcs, err := poolclient.NewForConfig(cp.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,26 +75,12 @@ func TestEnvtestInferencePoolDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := inferencePoolRole("ns", "pool")
-	if _, err := cs.RbacV1().Roles("ns").Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: routerUser}},
-	}
-	if _, err := cs.RbacV1().RoleBindings("ns").Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	router, err := env.AddUser(envtest.User{Name: routerUser}, nil)
+	routerCfg := cp.grant(role)
+	pods, err := kubernetes.NewForConfig(routerCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := kubernetes.NewForConfig(router.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pools, err := poolclient.NewForConfig(router.Config())
+	pools, err := poolclient.NewForConfig(routerCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,20 +104,5 @@ func TestEnvtestInferencePoolDiscovery(t *testing.T) {
 	finishDeleting := func(ctx context.Context) { setFinalizers(ctx, nil) }
 	poolScenario(t, pods, pools, cs, pcs, startDeleting, finishDeleting)
 
-	stop() // every watch ends: its audit event is final
-	reqs, err := rbacaudit.Read(auditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	isRouter := func(r rbacaudit.Request) bool { return r.User == routerUser }
-	for _, r := range rbacaudit.Refused(reqs, isRouter) {
-		t.Errorf("the API server refused the router %s in %q (name %q)", r.Permission, r.Namespace, r.Name)
-	}
-	used := rbacaudit.Used(reqs, isRouter)
-	for _, p := range rbacaudit.Unused(role.Rules, used) {
-		t.Errorf("the Role grants %s, which InferencePool discovery never used", p)
-	}
-	if len(used) == 0 {
-		t.Error("the audit log holds no request of the router")
-	}
+	cp.checkRole(role, "InferencePool discovery")
 }

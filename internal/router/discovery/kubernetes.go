@@ -68,18 +68,8 @@ func (k *Kubernetes) Run(ctx context.Context, update func([]Endpoint)) error {
 		informers.WithNamespace(k.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = k.Selector.String() }))
 	inf := factory.Core().V1().Pods()
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
+	changed, err := changes(inf.Informer())
+	if err != nil {
 		return fmt.Errorf("pod informer: %w", err)
 	}
 	factory.Start(ctx.Done())
@@ -192,4 +182,22 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// changes is signalled (without blocking, at most one signal pending) on every change the
+// informer sees: the caller debounces and rereads the whole set, so what changed does not matter.
+func changes(inf cache.SharedIndexInformer) (<-chan struct{}, error) {
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	})
+	return changed, err
 }
