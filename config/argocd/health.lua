@@ -91,6 +91,20 @@ local function check()
     return result("Progressing", "Serving while rolling out: " .. describe(progressing))
   end
 
+  -- InferencePool mode: the engines and the router serve, but clients reach them through the
+  -- Gateway only once it has accepted the pool and resolved its endpoint picker. A refusal needs
+  -- someone to act on the Gateway (its inference support, the picker's Service); no report yet
+  -- is a wait. (A missing InferencePool CRD is already Degraded above.)
+  local pool = find(conditions, "InferencePoolReady")
+  if pool ~= nil and pool.observedGeneration == generation then
+    if pool.status == "False" and (pool.reason == "NotAccepted" or pool.reason == "RefsNotResolved") then
+      return result("Degraded", "InferencePoolReady: " .. describe(pool))
+    end
+    if pool.status == "Unknown" and pool.reason == "Pending" then
+      return result("Progressing", "Serving, waiting for the Gateway: " .. describe(pool))
+    end
+  end
+
   local notes = {}
   for _, a in ipairs(advisories) do
     local c = find(conditions, a.type)
