@@ -158,7 +158,9 @@ func writablePathViolations(c corev1.Container, volumes map[string]corev1.Volume
 	}
 	var out []string
 	for _, v := range []string{"HOME", "USER"} {
-		if !set[v] {
+		// What a user sets (even to nothing) is theirs to answer for; the operator's own
+		// defaults must be there.
+		if !set[v] && !userEnv[v] {
 			out = append(out, fmt.Sprintf("container %s: %s is not set", c.Name, v))
 		}
 	}
