@@ -291,7 +291,8 @@ type picker struct {
 
 func startPicker(t *testing.T, r *router) *picker {
 	t.Helper()
-	e := epp.New(r.srv, logr.Discard(), r.reg, epp.Options{ShutdownGrace: 2 * time.Second, HealthInterval: 20 * time.Millisecond})
+	// Fallbacks on: most tests follow the gateway down the list.
+	e := epp.New(r.srv, logr.Discard(), r.reg, epp.Options{ShutdownGrace: 2 * time.Second, HealthInterval: 20 * time.Millisecond, Fallbacks: true})
 	return servePicker(t, e)
 }
 

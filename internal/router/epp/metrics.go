@@ -53,6 +53,8 @@ type metrics struct {
 	streams         prometheus.Gauge
 	servedElsewhere prometheus.Counter
 	aborted         prometheus.Counter
+	unobserved      prometheus.Counter
+	gatewayReplies  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,12 +71,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests the gateway served on another engine than the one picked (it went down the fallbacks); their accounting moved there."}),
 		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_epp_responses_aborted_total",
 			Help: "Routed requests whose stream ended before their response did (the client or the gateway went away); their accounting was released."}),
+		unobserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_epp_responses_unobserved_total",
+			Help: "Routed requests whose response the gateway never sent the picker before closing the stream (its ext_proc filter skips the response): completed without a status or timing."}),
+		gatewayReplies: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_epp_gateway_replies_total",
+			Help: "Routed requests the gateway answered itself (no served endpoint on the response: it could not reach the engine): counted as upstream errors of the picked engine, not as its answers."}),
 	}
 	for _, o := range outcomes {
 		m.requests.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.decisionSeconds, m.streams, m.servedElsewhere, m.aborted)
+		reg.MustRegister(m.requests, m.decisionSeconds, m.streams, m.servedElsewhere, m.aborted, m.unobserved, m.gatewayReplies)
 	}
 	return m
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// gateways do not verify), and some cannot dial one in clear text at all. ServeHealth stays
 	// in clear text: the kubelet's gRPC probes speak no TLS.
 	TLS *tls.Config
+	// Fallbacks lists the policy's second choices after its first in the destination header and
+	// metadata ("ip:port,ip:port"), which the protocol allows. Off by default: gateways that
+	// route on the header with an ORIGINAL_DST cluster (kgateway, Envoy AI Gateway) read one
+	// address and fail on a list, and the reference picker sends one.
+	Fallbacks bool
 }
 
 // Server is the endpoint picker: the ext_proc service and the gRPC health services.
@@ -79,6 +84,11 @@ type Server struct {
 	health   *health.Server
 	draining atomic.Bool
 	now      func() time.Time
+	// servedSeen: the gateway reports the served endpoint on responses. From then on a response
+	// without it is the gateway's own reply, not an engine's.
+	servedSeen atomic.Bool
+	// unobservedLogged: the first response the gateway did not show the picker was logged.
+	unobservedLogged atomic.Bool
 }
 
 // New returns a picker that decides with router. reg receives its metrics (kvrouter_epp_*).
@@ -172,6 +182,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	for {
 		req, err := stream.Recv()
 		if err != nil {
+			// io.EOF is the gateway closing its side cleanly: it has nothing more to show (the
+			// response ended, or its filter does not send the response at all). A cancel or
+			// a reset is the request going away.
+			x.halfClosed = errors.Is(err, io.EOF) && stream.Context().Err() == nil
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || stream.Context().Err() != nil {
 				return nil
 			}
@@ -204,6 +218,8 @@ type exchange struct {
 	outcome      string
 	flight       *proxy.Flight
 	responded    bool // the response ended
+	respStatus   int  // the response's status, once its headers came (0: not shown)
+	halfClosed   bool // the gateway closed the stream cleanly
 }
 
 // handle answers one message; closed says the stream is over (an immediate response went).
@@ -219,8 +235,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (closed bool, err er
 		return x.requestBody(v.RequestBody.GetBody(), v.RequestBody.GetEndOfStream())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if !x.decided {
-			// The body ended with trailers rather than an end-of-stream chunk.
-			if closed, err := x.requestBody(nil, true); closed || err != nil {
+			// The body ended with trailers rather than an end-of-stream chunk: the body goes
+			// back without end-of-stream, the trailers' answer ends it.
+			if closed, err := x.bodyEnded(false); closed || err != nil {
 				return closed, err
 			}
 		}
@@ -254,7 +271,7 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	pseudo, header := protocol.SplitHeaders(h.GetHeaders())
 	x.method, x.path, x.header, x.subset = pseudo[":method"], pseudo[":path"], header, protocol.Subset(req)
 	if h.GetEndOfStream() || !proxy.NeedsBody(x.method, x.path) {
-		return x.decide(nil, false)
+		return x.decide(nil, false, true)
 	}
 	switch x.reqMode {
 	case extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
@@ -283,18 +300,34 @@ func (x *exchange) requestBody(chunk []byte, eos bool) (bool, error) {
 		return x.refuse(x.s.router.BodyTooLarge())
 	}
 	x.body = append(x.body, chunk...)
-	if !eos && x.fullDuplexRequest() {
-		return false, nil
+	if !eos {
+		switch x.reqMode {
+		case extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+			return false, nil // more to come
+		case extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
+			// The gateway's buffer filled before the body ended: what came is a fragment, and
+			// deciding on it would answer a 400 for a well-formed request.
+			x.body = nil
+			x.s.log.Info("the gateway sent a partial request body (BUFFERED_PARTIAL, its buffer limit reached); refused with 413: raise the gateway's buffer limit or use FULL_DUPLEX_STREAMED")
+			return x.refuse(x.s.router.BodyTooLarge())
+		}
+		// BUFFERED: the whole body, with trailers to follow.
 	}
+	return x.bodyEnded(eos)
+}
+
+// bodyEnded decides on the gathered body; eos says whether its last chunk ended the stream (not
+// so when trailers follow), which the body streamed back must say too.
+func (x *exchange) bodyEnded(eos bool) (bool, error) {
 	if x.body == nil {
 		x.body = []byte{}
 	}
-	return x.decide(x.body, true)
+	return x.decide(x.body, true, eos)
 }
 
 // decide picks for the request (body nil: it has none, or none is read) and answers the gateway:
 // the destination on the message the gateway waits on, or an immediate response.
-func (x *exchange) decide(body []byte, withBody bool) (bool, error) {
+func (x *exchange) decide(body []byte, withBody, eos bool) (bool, error) {
 	s := x.s
 	start := s.now()
 	f, refusal := s.router.Pick(x.stream.Context(), proxy.PickInput{Method: x.method, Path: x.path, Header: x.header,
@@ -307,7 +340,11 @@ func (x *exchange) decide(body []byte, withBody bool) (bool, error) {
 	}
 	x.flight, x.decided, x.outcome = f, true, outcomeRouted
 	s.metrics.requests.WithLabelValues(outcomeRouted).Inc()
-	dest := strings.Join(f.Destinations, ",")
+	dests := f.Destinations
+	if !s.opts.Fallbacks {
+		dests = dests[:1]
+	}
+	dest := strings.Join(dests, ",")
 	set := http.Header{protocol.DestinationKey: {dest}}
 	for k, v := range f.SetHeaders {
 		set[k] = v
@@ -327,7 +364,7 @@ func (x *exchange) decide(body []byte, withBody bool) (bool, error) {
 		resp.DynamicMetadata = protocol.DestinationMetadata(dest)
 		if err = x.send(resp); err == nil && withBody {
 			// The body was held back until the decision; it goes on after the headers.
-			err = x.sendBody(requestBodyResponse, forwarded, true)
+			err = x.sendBody(requestBodyResponse, forwarded, eos)
 		}
 	default:
 		if f.Body != nil {
@@ -360,14 +397,29 @@ func (x *exchange) refuse(r *proxy.Refusal) (bool, error) {
 func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
 	common := &extprocv3.CommonResponse{}
 	if f := x.flight; f != nil {
-		if f.Served(protocol.Served(req)) {
-			x.s.metrics.servedElsewhere.Inc()
-		}
+		served := protocol.Served(req)
 		pseudo, _ := protocol.SplitHeaders(h.GetHeaders())
-		if code, err := strconv.Atoi(pseudo[":status"]); err == nil {
-			f.ResponseHeaders(code)
+		code, _ := strconv.Atoi(pseudo[":status"])
+		x.respStatus = code
+		switch {
+		case served == "" && x.s.servedSeen.Load():
+			// A gateway that names the served engine names none on a reply of its own (no
+			// healthy upstream, a refused connection): the engine did not answer, and the
+			// response is not named after it.
+			f.GatewayReply(code)
+			x.s.metrics.gatewayReplies.Inc()
+		default:
+			if served != "" {
+				x.s.servedSeen.Store(true)
+			}
+			if f.Served(served) {
+				x.s.metrics.servedElsewhere.Inc()
+			}
+			if code > 0 {
+				f.ResponseHeaders(code)
+			}
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: protocol.SetHeaders(http.Header{proxy.EndpointHeader: {f.Endpoint()}})}
 		}
-		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: protocol.SetHeaders(http.Header{proxy.EndpointHeader: {f.Endpoint()}})}
 		if h.GetEndOfStream() {
 			x.responseEnded()
 		}
@@ -403,7 +455,20 @@ func (x *exchange) end() {
 		x.s.metrics.requests.WithLabelValues(outcomeCancelled).Inc()
 	}
 	if x.flight != nil {
-		if !x.responded {
+		switch {
+		case x.responded:
+		case x.halfClosed && x.respStatus > 0:
+			// The gateway showed the response's headers but not its body (its filter skips
+			// it), and closed the stream when the response ended: complete it with the status.
+			x.responseEnded()
+		case x.halfClosed:
+			// It never showed the response: the request is over, but how it went is unknown.
+			x.s.metrics.unobserved.Inc()
+			if !x.s.unobservedLogged.Swap(true) {
+				x.s.log.Info("the gateway closes ext_proc streams without sending the response: requests complete with no status or timing, and an engine's load is released when the gateway closes the stream; set the filter's response_header_mode to SEND and response_body_mode to FULL_DUPLEX_STREAMED")
+			}
+			x.flight.Unobserved()
+		default:
 			x.s.metrics.aborted.Inc()
 		}
 		x.flight.Done()

@@ -40,7 +40,10 @@ type charge struct {
 	sent      time.Time // the first byte's TTFT counts from here
 	status    int       // the engine's response status, once known
 	started   bool      // a byte of the answer came back
-	itl       itlMeter
+	// gateway: the answer is the gateway's own (it could not reach the engine, or gave up on
+	// it), not the engine's: it says nothing of the engine's health or speed.
+	gateway bool
+	itl     itlMeter
 }
 
 func (s *Server) newCharge(rt *route, ticket *loadsignal.Ticket, predicted []kvindex.Key, work int, stream bool) *charge {
@@ -89,6 +92,9 @@ func (c *charge) timed() bool { return c.stream && c.status == http.StatusOK }
 // engine answered (its failure streak ends), and a stream's first token times the engine.
 func (c *charge) received(b []byte, now time.Time) bool {
 	s := c.s
+	if c.gateway {
+		return false
+	}
 	c.h.touch(now)
 	if c.timed() {
 		c.itl.add(b, now)
@@ -120,6 +126,11 @@ func (c *charge) received(b []byte, now time.Time) bool {
 // between tokens fed to the engine's decode model.
 func (c *charge) finished() {
 	s := c.s
+	if c.gateway {
+		s.metrics.upstreamErrors.WithLabelValues(c.rt.name, "gateway").Inc()
+		s.metrics.requests.WithLabelValues(c.rt.name, strconv.Itoa(c.status)).Inc()
+		return
+	}
 	if !c.started {
 		s.outliers.success(c.h) // an empty answer is an answer
 	}

@@ -54,7 +54,7 @@ func newMetrics(s *Server, reg prometheus.Registerer) *metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_retries_total",
 			Help: "Requests moved to the next-best engine: the connection failed before the request was sent, or the engine sent nothing before it was judged hung."}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_upstream_errors_total",
-			Help: "Engine failures by endpoint and stage (connect: before the request was sent; unresponsive: nothing back before the engine was judged hung; response: after the request was sent, before any byte; stream: after the first byte)."},
+			Help: "Engine failures by endpoint and stage (connect: before the request was sent; unresponsive: nothing back before the engine was judged hung; response: after the request was sent, before any byte; stream: after the first byte; gateway: in EPP mode, the gateway answered itself instead of the engine)."},
 			[]string{"endpoint", "stage"}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_time_to_first_byte_seconds",
 			Help:    "Time from dispatch to the engine's first response byte (the first token for streams).",

@@ -22,7 +22,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,9 +60,13 @@ func NeedsBody(method, p string) bool {
 	return ok && method == http.MethodPost
 }
 
+// cleanPath is the request's path without its query. Not path.Clean'ed: the gateway forwards
+// the path as the client wrote it, and the engine serves only the exact paths, so
+// "/v1/completions/" must not be decided (and charged) as an inference request the engine will
+// then refuse.
 func cleanPath(p string) string {
 	p, _, _ = strings.Cut(p, "?")
-	return path.Clean("/" + p)
+	return p
 }
 
 // Flight is a request the router decided on and the gateway forwards: where it goes, and its
@@ -124,8 +127,13 @@ func (s *Server) Pick(ctx context.Context, in PickInput) (*Flight, *Refusal) {
 	}
 	f := s.newFlight(t, in.Header, &req, rt)
 	if len(f.Destinations) == 0 {
-		// Discovery validates URLs, so this is the router's fault, not the client's.
-		f.Done()
+		// Discovery validates URLs, so this is the router's fault, not the client's. The
+		// request never left: its load goes back uncounted (the refusal counts it).
+		f.done = true
+		f.c.release()
+		if s.admit != nil {
+			s.admit.Completed(f.c.rt.name, s.now())
+		}
 		return nil, s.refusal(fmt.Errorf("the URL of engine %s names no host:port", f.Endpoint()))
 	}
 	return f, nil
@@ -288,6 +296,29 @@ func (f *Flight) ResponseHeaders(status int) {
 	if f.c != nil && !f.done && !f.c.started {
 		f.c.respond(status)
 	}
+}
+
+// GatewayReply records that the response is the gateway's own (Envoy's "no healthy upstream",
+// a connect failure, an overflow), with status: it is counted for the route the request was
+// charged to, as an upstream error, and neither clears the engine's failure streak nor feeds
+// its latency models, since the engine did not answer.
+func (f *Flight) GatewayReply(status int) {
+	if f.c != nil && !f.done && !f.c.started {
+		f.c.respond(status)
+		f.c.gateway = true
+	}
+}
+
+// Unobserved ends a flight whose response the gateway never showed the picker (its filter
+// skips the response, and it closed the stream cleanly): the load is released and the request
+// counted as completed with no status, not as a client that left.
+func (f *Flight) Unobserved() {
+	if f.done || f.c == nil {
+		f.Done()
+		return
+	}
+	f.ended = true
+	f.Done()
 }
 
 // ResponseBody records a piece of the answer as the gateway relays it; the last one (end of

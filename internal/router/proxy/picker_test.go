@@ -60,7 +60,7 @@ func TestAddresses(t *testing.T) {
 		want         bool
 	}{
 		{"POST", "/v1/completions", true}, {"POST", "/v1/chat/completions?stream=1", true},
-		{"POST", "//v1/completions", true}, {"GET", "/v1/completions", false}, {"GET", "/v1/models", false},
+		{"POST", "//v1/completions", false}, {"POST", "/v1/completions/", false}, {"GET", "/v1/completions", false}, {"GET", "/v1/models", false},
 		{"POST", "/v1/embeddings", false},
 	} {
 		if NeedsBody(c.method, c.path) != c.want {
