@@ -84,7 +84,7 @@ type options struct {
 	// Front ends: the HTTP proxy (--port) and the Inference Extension endpoint picker (ext_proc).
 	mode                      string
 	grpcPort, grpcHealthPort  int
-	grpcTLS                   bool
+	grpcTLS, eppFallbacks     bool
 	grpcCertFile, grpcKeyFile string
 
 	// Hung engines: the TTFB watchdog and outlier ejection (proxy: watchdog.go, outlier.go).
@@ -111,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mode, "mode", modeProxy, "proxy: serve clients over HTTP on --port; epp: be a Gateway API Inference Extension endpoint picker over Envoy ext_proc on --grpc-port, with no HTTP inference listener; both: the two at once")
 	fs.IntVar(&o.grpcPort, "grpc-port", 9002, "epp and both modes: ext_proc port (gRPC health is served there too)")
 	fs.BoolVar(&o.grpcTLS, "grpc-tls", true, "epp and both modes: serve TLS on --grpc-port, as gateways expect of an endpoint picker (a self-signed certificate they do not verify, unless --grpc-tls-cert-file is given; --grpc-health-port stays in clear text for the kubelet's probes); false: clear text (h2c)")
+	fs.BoolVar(&o.eppFallbacks, "epp-fallbacks", false, "epp and both modes: name the policy's fallback engines after its choice in x-gateway-destination-endpoint (ip:port,ip:port), for gateways that retry down the list (Envoy's override_host load balancing); off: one address, which gateways routing with an ORIGINAL_DST cluster (kgateway, Envoy AI Gateway) need")
 	fs.StringVar(&o.grpcCertFile, "grpc-tls-cert-file", "", "PEM certificate for --grpc-tls (with --grpc-tls-key-file; re-read when the files change)")
 	fs.StringVar(&o.grpcKeyFile, "grpc-tls-key-file", "", "PEM private key of --grpc-tls-cert-file")
 	fs.IntVar(&o.grpcHealthPort, "grpc-health-port", 9003, "epp and both modes: gRPC health port (services liveness, readiness, "+protocol.ExtProcService+")")
@@ -555,7 +556,7 @@ func serveEPP(ctx context.Context, o *options, srv *proxy.Server, reg prometheus
 		hln.Close()
 		return err
 	}
-	picker := epp.New(srv, log.WithName("epp"), reg, epp.Options{ShutdownGrace: o.shutdownGrace, TLS: tlsConfig})
+	picker := epp.New(srv, log.WithName("epp"), reg, epp.Options{ShutdownGrace: o.shutdownGrace, TLS: tlsConfig, Fallbacks: o.eppFallbacks})
 	for _, l := range []struct {
 		what  string
 		ln    net.Listener
