@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
@@ -52,15 +53,29 @@ const (
 	ReasonRefsNotResolved = "RefsNotResolved"
 )
 
-// withoutInferencePool is kvr as the operator serves it while the InferencePool CRD is missing:
-// HTTPRoute mode, the router a proxy behind the route. An endpoint picker without a pool would
-// serve no one: in that mode the router does not serve HTTP, and the route would point at an
-// object the API server cannot hold.
+// withoutInferencePool is kvr as the operator serves it while the InferencePool CRD is missing,
+// or while no pool can be applied (keepPoolMode): HTTPRoute mode, the router a proxy behind the
+// route. An endpoint picker without a pool would serve no one: in that mode the router does not
+// serve HTTP, and the route would point at an object that is not there.
 func withoutInferencePool(kvr *v1alpha1.KVRouter) *v1alpha1.KVRouter {
 	out := kvr.DeepCopy()
 	out.Spec.Gateway.Mode = v1alpha1.GatewayModeHTTPRoute
 	out.Spec.Gateway.FailureMode = ""
 	return out
+}
+
+// keepPoolMode says whether the children of InferencePool mode may be applied after the pool's
+// apply returned applyErr, live being what is there of the pool (nil: nothing). They may once the
+// pool is applied, and after a failed apply while a pool of this KVRouter's, not being deleted,
+// is still there: the Gateways keep using it as last applied (its selector and picker follow
+// from the KVRouter's name alone), and switching the router to a proxy for a refused update
+// would roll it, twice, for nothing. Otherwise HTTPRoute mode must be applied: the router as the
+// picker of no pool would serve nothing, and a route to a missing pool has no backend.
+func keepPoolMode(applyErr error, live *unstructured.Unstructured, owner types.UID) bool {
+	if applyErr == nil {
+		return true
+	}
+	return live != nil && live.GetDeletionTimestamp() == nil && isControlledBy(live, string(owner))
 }
 
 // poolState is what the reconcile saw of the InferencePool.
@@ -92,9 +107,18 @@ func setInferencePoolCondition(kvr *v1alpha1.KVRouter, o *observation, set func(
 	switch {
 	case o.renderErr != nil:
 		set(ConditionInferencePoolReady, metav1.ConditionFalse, ReasonInvalidSpec, "nothing is applied until the spec is fixed")
+	case o.poolFallback && o.poolErr != nil:
+		set(ConditionInferencePoolReady, metav1.ConditionFalse, ReasonApplyFailed, fmt.Sprintf(
+			"InferencePool %s could not be applied (retrying); until it is, the router serves as a proxy behind the HTTPRoute: %v",
+			render.InferencePoolName(kvr), o.poolErr))
 	case o.poolFallback:
 		k, _ := optionalKindFor(inferencePoolGVK)
 		set(ConditionInferencePoolReady, metav1.ConditionFalse, ReasonCRDNotInstalled, missingMessage([]OptionalKind{k}))
+	case o.poolErr != nil && o.pool.present:
+		_, reason, verdict := poolVerdict(kvr.Namespace, o.pool)
+		set(ConditionInferencePoolReady, metav1.ConditionUnknown, ReasonApplyFailed, fmt.Sprintf(
+			"InferencePool %s could not be updated (retrying): %v; it stays in use as last applied, and the Gateways' verdict on it is %s: %s",
+			o.pool.name, o.poolErr, reason, verdict))
 	case !o.pool.present:
 		set(ConditionInferencePoolReady, metav1.ConditionUnknown, ReasonApplyFailed, "the InferencePool could not be applied (see the Degraded condition)")
 	default:

@@ -51,6 +51,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
@@ -269,13 +270,18 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		log.Error(watchErr, "watching the kinds of newly installed CRDs; retrying")
 	}
 
+	desired := map[childKey]bool{}
 	objs, err := render.Objects(kvr.DeepCopy(), r.RenderOptions)
-	if err == nil && render.UsesInferencePool(kvr) && !r.kinds.isInstalled(inferencePoolGVK) {
+	if err == nil && render.UsesInferencePool(kvr) {
 		// The spec is judged as written (above); what is applied is what the cluster can serve.
-		k, _ := optionalKindFor(inferencePoolGVK)
-		obs.missing = append(obs.missing, k)
-		obs.poolFallback = true
-		objs, err = render.Objects(withoutInferencePool(kvr), r.RenderOptions)
+		if !r.kinds.isInstalled(inferencePoolGVK) {
+			k, _ := optionalKindFor(inferencePoolGVK)
+			obs.missing = append(obs.missing, k)
+			obs.poolFallback = true
+			objs, err = render.Objects(withoutInferencePool(kvr), r.RenderOptions)
+		} else {
+			objs, err = r.applyInferencePool(ctx, kvr, objs, desired, obs)
+		}
 	}
 	if err != nil {
 		obs.renderErr = err
@@ -283,7 +289,6 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return ctrl.Result{}, watchErr
 	}
 
-	desired := map[childKey]bool{}
 	for _, obj := range objs {
 		u, err := toApplyObject(obj, r.Scheme)
 		if err != nil {
@@ -312,18 +317,17 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 			msg := fmt.Sprintf("applying %s %s: %v", gvk.Kind, u.GetName(), err)
 			obs.applyErrs = append(obs.applyErrs, msg)
 			r.Recorder.Eventf(kvr, nil, corev1.EventTypeWarning, EventApplyFailed, "Apply", "%s", msg)
-			// What runs now still serves: report its readiness, not zero; and what the Gateways
-			// say of the pool that is there.
-			if role != roleOther || gvk == inferencePoolGVK {
+			// What runs now still serves: report its readiness, not zero.
+			if role != roleOther {
 				if live, err := readLive(ctx, r.Client, r.Scheme, u); err == nil {
-					if err := r.observe(obs, live, role); err != nil {
+					if err := obs.observeWorkload(live, role); err != nil {
 						log.Error(err, "reading status")
 					}
 				}
 			}
 			continue
 		}
-		if err := r.observe(obs, u, role); err != nil {
+		if err := obs.observeWorkload(u, role); err != nil {
 			log.Error(err, "reading status")
 		}
 	}
@@ -343,13 +347,57 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	return ctrl.Result{}, nil
 }
 
-// observe records what the status reports of an applied child: the workloads' readiness and
-// the Gateways' verdict on the InferencePool.
-func (r *KVRouterReconciler) observe(obs *observation, live *unstructured.Unstructured, role workloadRole) error {
-	if live.GroupVersionKind() == inferencePoolGVK {
-		return obs.observePool(live)
+// applyInferencePool applies the InferencePool that objs (the children of InferencePool mode)
+// hold, before any other child: the router stops serving HTTP as the pool's endpoint picker, and
+// the route sends the Gateway's traffic to the pool, so both may only follow a pool that exists.
+// It returns the children left to apply: the rest of objs while a pool of this KVRouter's is
+// live, else those of HTTPRoute mode, which keep the router a proxy behind the route (the same
+// fallback as for a missing CRD). A failed apply is reported like any other and retried by the
+// error the reconcile returns.
+func (r *KVRouterReconciler) applyInferencePool(ctx context.Context, kvr *v1alpha1.KVRouter, objs []client.Object,
+	desired map[childKey]bool, obs *observation) ([]client.Object, error) {
+	var pool client.Object
+	rest := make([]client.Object, 0, len(objs))
+	for _, obj := range objs {
+		if _, ok := obj.(*infv1.InferencePool); ok && pool == nil {
+			pool = obj
+			continue
+		}
+		rest = append(rest, obj)
 	}
-	return obs.observeWorkload(live, role)
+	if pool == nil {
+		return objs, nil
+	}
+	var live *unstructured.Unstructured
+	u, err := toApplyObject(pool, r.Scheme)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else if err = r.applyChild(ctx, kvr, u, roleOther); err == nil {
+		live = u
+	} else {
+		msg = fmt.Sprintf("applying %s %s: %v", render.InferencePoolKind, u.GetName(), err)
+		// A pool applied by an earlier reconcile may still be there for the Gateways.
+		if got, rerr := readLive(ctx, r.Client, r.Scheme, u); rerr == nil {
+			live = got
+		} else if !apierrors.IsNotFound(rerr) {
+			logf.FromContext(ctx).Error(rerr, "reading the InferencePool after its apply failed")
+		}
+	}
+	if err != nil {
+		obs.applyErrs = append(obs.applyErrs, msg)
+		obs.poolErr = err
+		r.Recorder.Eventf(kvr, nil, corev1.EventTypeWarning, EventApplyFailed, "Apply", "%s", msg)
+	}
+	if !keepPoolMode(err, live, kvr.UID) {
+		obs.poolFallback = true
+		return render.Objects(withoutInferencePool(kvr), r.RenderOptions)
+	}
+	desired[childKey{inferencePoolGVK, pool.GetName()}] = true
+	if oerr := obs.observePool(live); oerr != nil {
+		logf.FromContext(ctx).Error(oerr, "reading status")
+	}
+	return rest, nil
 }
 
 // getKVRouter reads the KVRouter from the API server rather than the cache. Both controllers

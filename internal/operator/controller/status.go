@@ -84,10 +84,13 @@ type observation struct {
 	engineGone bool // the engine workload could not be applied because its CRD is missing
 	engine     workloadState
 	router     workloadState
-	// poolFallback: the spec asks for an InferencePool whose CRD is missing, so HTTPRoute mode was
-	// applied instead (withoutInferencePool).
+	// poolFallback: the spec asks for an InferencePool, but HTTPRoute mode was applied instead
+	// (withoutInferencePool): the CRD is missing, or (poolErr) the pool could not be applied and
+	// none is there.
 	poolFallback bool
-	pool         poolState
+	// poolErr: the InferencePool's apply failed, with the API server's answer.
+	poolErr error
+	pool    poolState
 }
 
 // observeWorkload records the state of an applied engine or router workload from the object the

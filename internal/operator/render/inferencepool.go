@@ -60,8 +60,10 @@ func inferencePool(kvr *v1alpha1.KVRouter, opts Options) *infv1.InferencePool {
 		Spec: infv1.InferencePoolSpec{
 			Selector:    infv1.LabelSelector{MatchLabels: sel},
 			TargetPorts: []infv1.Port{{Number: EnginePort}},
-			// vLLM serves HTTP/1.1 only; h2c would fail every request the Gateway forwards.
-			AppProtocol: infv1.AppProtocolHTTP,
+			// AppProtocol stays unset although vLLM speaks HTTP/1.1 only: the field exists from
+			// Inference Extension v1.4.0 on, server-side apply refuses a field the CRD does not
+			// declare, and v1.0 to v1.3 CRDs would then refuse the whole pool. Unset means
+			// HTTP/1.1 in every version (the v1.4.0+ schema defaults it to http).
 			// Group is left to its schema default (the core group): render's output is what the
 			// operator applies, and the apply drops empty strings.
 			EndpointPickerRef: &infv1.EndpointPickerRef{

@@ -74,7 +74,9 @@ func TestInferencePool(t *testing.T) {
 	if !labels.SelectorFromSet(sel).Matches(labels.Set(engine.Spec.Template.Labels)) {
 		t.Errorf("pool selector %v misses the engine pods %v", sel, engine.Spec.Template.Labels)
 	}
-	if !slices.Equal(pool.Spec.TargetPorts, []infv1.Port{{Number: render.EnginePort}}) || pool.Spec.AppProtocol != infv1.AppProtocolHTTP {
+	// No appProtocol: Inference Extension CRDs before v1.4.0 do not declare it and would refuse
+	// the pool; unset is HTTP/1.1, what vLLM speaks.
+	if !slices.Equal(pool.Spec.TargetPorts, []infv1.Port{{Number: render.EnginePort}}) || pool.Spec.AppProtocol != "" {
 		t.Errorf("targetPorts %v appProtocol %q", pool.Spec.TargetPorts, pool.Spec.AppProtocol)
 	}
 	want := &infv1.EndpointPickerRef{Kind: "Service", Name: "m-router", Port: &infv1.Port{Number: 9002}, FailureMode: infv1.EndpointPickerFailOpen}
