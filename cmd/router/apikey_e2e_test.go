@@ -185,12 +185,15 @@ func TestE2EEngineKeyPassedThrough(t *testing.T) {
 
 	t.Log("no key anywhere: open")
 	r := fleettest.StartRouter(t, fleettest.WriteEndpoints(t, []*fleettest.Engine{open}))
+	fleettest.WaitOK(t, r.URL+"/ready")
 	if code, body := send(t, http.MethodPost, r.URL+"/v1/completions", fleettest.Completion(prompt("open", 50, 0), 2, false), ""); code != http.StatusOK {
 		t.Fatalf("no keys: %d %s", code, body)
 	}
 
 	t.Log("a key only the engine checks: the client's Authorization reaches it unchanged, /tokenize included")
 	r = fleettest.StartRouter(t, fleettest.WriteEndpoints(t, []*fleettest.Engine{keyed}))
+	// /health answers before the endpoints file is read: a request then finds no engine.
+	fleettest.WaitOK(t, r.URL+"/ready")
 	req := fleettest.Completion(prompt("passthrough", 100, 0), 2, false)
 	if code, body := send(t, http.MethodPost, r.URL+"/v1/completions", req, "Bearer "+engineKey); code != http.StatusOK {
 		t.Fatalf("with the engine's key: %d %s", code, body)
