@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -146,14 +145,11 @@ func TestEnvtestManager(t *testing.T) {
 	}
 }
 
+// freeAddr never repeats an address within the process (fleettest.FreePort remembers them), so
+// two listeners of one manager cannot be handed the same port.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", fleettest.FreePort(t))
 }
 
 func waitFor(t *testing.T, what string, check func() error) {

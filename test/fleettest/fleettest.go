@@ -85,15 +85,34 @@ func NeedBinaries(t *testing.T) {
 	}
 }
 
-// FreePort returns a port that was free on 127.0.0.1 a moment ago.
+// handedOut remembers every port FreePort returned in this process: the kernel may give a port
+// just released back to the next listen, so two calls in a row (--port then --admin-addr) could
+// otherwise name the same port.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
+// FreePort returns a port that was free on 127.0.0.1 a moment ago and that no earlier call in
+// this process returned.
 func FreePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut[port] {
+			handedOut[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no loopback port that was not handed out already")
+	return 0
 }
 
 // EventsEndpoint returns a free tcp://[::1]:port for an engine's KV-events PUB socket. vLLM binds
