@@ -75,16 +75,19 @@ func BenchmarkDecodeApply(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	blocks := 0
 	for i := 0; i < b.N; i++ {
 		st := run(payloads[i%nBatches])
 		blocks += st.BlocksStored + st.BlocksRemoved
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	if want := b.N * 2 * perBatch; blocks != want {
 		b.Fatalf("applied %d blocks, want %d", blocks, want)
 	}
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(blocks)/cpu.Seconds(), "cpu-blocks/s")
 }
 
 // populate makes each of nEnd endpoints hold blocks of the prompt: holds(e) leading blocks.
@@ -132,6 +135,7 @@ func BenchmarkLookup100K(b *testing.B) {
 				var dst []kvindex.EndpointMatch
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu0 := cpuTime()
 				for i := 0; i < b.N; i++ {
 					t0 := time.Now()
 					if reuse {
@@ -142,6 +146,7 @@ func BenchmarkLookup100K(b *testing.B) {
 					durs = append(durs, time.Since(t0))
 				}
 				b.StopTimer()
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 				slices.Sort(durs)
 				b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
 				b.ReportMetric(float64(durs[len(durs)*99/100].Microseconds())/1000, "p99-ms")
@@ -282,4 +287,166 @@ func BenchmarkPredict100K(b *testing.B) {
 			b.ReportMetric(float64(ix.Stats().Predicted), "predicted-entries")
 		})
 	}
+}
+
+// fill feeds nEnd endpoints perEnd blocks each, in events of 64 blocks, and returns the
+// sources. shared: all endpoints hold the same content (under their own engine hashes);
+// otherwise every endpoint's content is its own. Engine hash of endpoint e's block j:
+// e<<32 | j+1.
+func fill(b *testing.B, ix *kvindex.Index, nEnd, perEnd, blockSize int, shared bool) []kvindex.SourceID {
+	tokens := make([]uint32, perEnd*blockSize)
+	srcs := make([]kvindex.SourceID, nEnd)
+	hashes := make([]uint64, 0, 64)
+	for e := 0; e < nEnd; e++ {
+		for t := range tokens {
+			if shared {
+				tokens[t] = uint32(t)
+			} else {
+				tokens[t] = uint32(e*1000003 + t)
+			}
+		}
+		srcs[e] = kvindex.SourceID{Endpoint: fmt.Sprint("endpoint-", e)}
+		for j := 0; j < perEnd; j += 64 {
+			n := min(64, perEnd-j)
+			ev := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize,
+				TokenIDs: tokens[j*blockSize : (j+n)*blockSize]}
+			if j > 0 {
+				ev.HasParent, ev.ParentHash = true, uint64(e)<<32|uint64(j)
+			}
+			hashes = hashes[:0]
+			for k := 0; k < n; k++ {
+				hashes = append(hashes, uint64(e)<<32|uint64(j+k+1))
+			}
+			ev.BlockHashes = hashes
+			ix.Apply(srcs[e], &kvevents.Batch{Events: []kvevents.Event{ev}})
+		}
+	}
+	return srcs
+}
+
+// BenchmarkMemoryScale measures heap bytes per (block, endpoint) entry at 100K, 1M and 10M
+// entries over 100 endpoints, "disjoint" (one key per entry) and "shared" (every endpoint
+// holds the same blocks). Run with -benchtime=1x; 10M takes about 1 GiB.
+func BenchmarkMemoryScale(b *testing.B) {
+	const blockSize, nEnd = 16, 100
+	for _, entries := range []int{100_000, 1_000_000, 10_000_000} {
+		for _, shared := range []bool{false, true} {
+			name := fmt.Sprintf("%dK/disjoint", entries/1000)
+			if shared {
+				name = fmt.Sprintf("%dK/shared", entries/1000)
+			}
+			b.Run(name, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					before := heapInUse()
+					ix := kvindex.New(kvindex.Config{BlockSize: blockSize, MaxKeys: 2 * entries})
+					fill(b, ix, nEnd, entries/nEnd, blockSize, shared)
+					st := ix.Stats()
+					if st.Entries != entries {
+						b.Fatalf("%d entries", st.Entries)
+					}
+					after := heapInUse()
+					runtime.KeepAlive(ix)
+					b.ReportMetric(float64(after-before)/float64(st.Entries), "B/entry")
+					b.ReportMetric(float64(after-before)/(1<<20), "heap-MiB")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkShrink fills 1M disjoint entries (100 endpoints × 10,000 blocks), then removes 95%
+// of every endpoint's blocks, in events of 64 blocks, and reports the heap at the peak and
+// after the removals, and the longest Apply of the removals (a compaction runs inside one).
+// Run with -benchtime=1x.
+func BenchmarkShrink(b *testing.B) {
+	const blockSize, nEnd, perEnd = 16, 100, 10_000
+	for i := 0; i < b.N; i++ {
+		before := heapInUse()
+		ix := kvindex.New(kvindex.Config{BlockSize: blockSize})
+		srcs := fill(b, ix, nEnd, perEnd, blockSize, false)
+		peak := heapInUse()
+		var longest time.Duration
+		for j := 0; j < perEnd*95/100; j += 64 {
+			for e, src := range srcs {
+				ev := kvevents.Event{Kind: kvevents.KindBlockRemoved}
+				for k := j; k < min(j+64, perEnd*95/100); k++ {
+					ev.BlockHashes = append(ev.BlockHashes, uint64(e)<<32|uint64(k+1))
+				}
+				t0 := time.Now()
+				ix.Apply(src, &kvevents.Batch{Events: []kvevents.Event{ev}})
+				longest = max(longest, time.Since(t0))
+			}
+		}
+		if st := ix.Stats(); st.Entries != nEnd*perEnd/20 {
+			b.Fatalf("%d entries left", st.Entries)
+		}
+		after := heapInUse()
+		runtime.KeepAlive(ix)
+		b.ReportMetric(float64(peak-before)/(1<<20), "peak-MiB")
+		b.ReportMetric(float64(after-before)/(1<<20), "after-MiB")
+		b.ReportMetric(float64(longest.Microseconds())/1000, "max-apply-ms")
+	}
+}
+
+// BenchmarkApply100 measures Apply alone (events already decoded) at 100 endpoints in steady
+// state: each endpoint's batch stores 16 new 16-token blocks chained to its previous batch and
+// removes the 16 stored 256 batches earlier, so the index holds ~410K entries; endpoints take
+// turns. blocks/s counts stored + removed blocks. Run on one core: -cpu 1.
+func BenchmarkApply100(b *testing.B) {
+	const (
+		blockSize = 16
+		perBatch  = 16
+		nBatches  = 1024
+		lag       = 256
+		nEnd      = 100
+	)
+	// One token array; endpoint e reads it shifted by e tokens, so contents differ.
+	tokens := make([]uint32, nBatches*perBatch*blockSize+nEnd)
+	for i := range tokens {
+		tokens[i] = uint32(i*7919) % 151000
+	}
+	hash := func(e, batch, i int) uint64 { return uint64(e)<<40 | uint64(batch*perBatch+i+1) }
+	batches := make([][]kvevents.Batch, nEnd)
+	srcs := make([]kvindex.SourceID, nEnd)
+	for e := range batches {
+		srcs[e] = kvindex.SourceID{Endpoint: fmt.Sprint("endpoint-", e)}
+		batches[e] = make([]kvevents.Batch, nBatches)
+		for i := range batches[e] {
+			st := kvevents.Event{Kind: kvevents.KindBlockStored, BlockSize: blockSize,
+				TokenIDs: tokens[e+i*perBatch*blockSize : e+(i+1)*perBatch*blockSize]}
+			if i > 0 {
+				st.HasParent, st.ParentHash = true, hash(e, i-1, perBatch-1)
+			}
+			rm := kvevents.Event{Kind: kvevents.KindBlockRemoved}
+			old := (i - lag + nBatches) % nBatches
+			for j := 0; j < perBatch; j++ {
+				st.BlockHashes = append(st.BlockHashes, hash(e, i, j))
+				rm.BlockHashes = append(rm.BlockHashes, hash(e, old, j))
+			}
+			batches[e][i] = kvevents.Batch{Events: []kvevents.Event{st, rm}}
+		}
+	}
+	ix := kvindex.New(kvindex.Config{BlockSize: blockSize})
+	for i := 0; i < nBatches; i++ { // warm up: the first pass removes blocks not stored yet
+		for e := range srcs {
+			ix.Apply(srcs[e], &batches[e][i])
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	blocks := 0
+	for i := 0; i < b.N; i++ {
+		e := i % nEnd
+		st := ix.Apply(srcs[e], &batches[e][(i/nEnd)%nBatches])
+		blocks += st.BlocksStored + st.BlocksRemoved
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	if want := b.N * 2 * perBatch; blocks != want {
+		b.Fatalf("applied %d blocks, want %d", blocks, want)
+	}
+	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+	b.ReportMetric(float64(blocks)/cpu.Seconds(), "cpu-blocks/s")
+	b.ReportMetric(float64(ix.Stats().Entries), "entries")
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package kvindex
 
 import (
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -33,21 +34,25 @@ type Index struct {
 
 	mu sync.RWMutex // guards everything below; lookups take it shared
 	// node store, see store.go
-	keys    [][]uint64
-	gens    [][]uint16
-	exts    [][]uint32
-	gpu     [][]uint64
-	clock   []uint64
-	nodeCap int
-	nodes   int
-	free    []uint32
-	hand    int
-	table   []uint32
-	tableN  int
-	w       int
-	extBits [][]uint64
-	extCap  int
-	extFree []uint32
+	keys      [][]uint64
+	gens      [][]uint16
+	hold      [][]uint64
+	clock     []uint64
+	nodeCap   int
+	nodes     int
+	free      []uint32
+	hand      int
+	table     []uint32
+	tableN    int
+	nodeBits  uint32 // low bits of a table slot that hold node+1
+	nodeMask  uint32
+	w         int // words per spilled bitset: ceil(source ids / 64)
+	spill     [][]uint64
+	spillCap  int
+	spills    int
+	spillFree []uint32
+	// compactions counts node store compactions (tests).
+	compactions int
 
 	srcs    []*source // by source id; nil = free id
 	srcIDs  map[SourceID]uint16
@@ -75,6 +80,7 @@ func New(cfg Config) *Index {
 	if cfg.MaxKeys <= 0 {
 		cfg.MaxKeys = 4 << 20
 	}
+	cfg.MaxKeys = int(min(uint64(cfg.MaxKeys), 1<<32-1)) // node indices are 32-bit
 	if cfg.PredictTTL <= 0 {
 		cfg.PredictTTL = 2 * time.Second
 	}
@@ -93,6 +99,8 @@ func New(cfg Config) *Index {
 		srcIDs:    make(map[SourceID]uint16),
 		metrics:   newMetrics(),
 	}
+	ix.nodeBits = uint32(min(32, bits.Len(uint(cfg.MaxKeys))))
+	ix.nodeMask = uint32(1<<ix.nodeBits - 1)
 	ix.metrics.ix = ix
 	return ix
 }
@@ -130,7 +138,7 @@ func (ix *Index) sourceFor(id SourceID) *source {
 	if need := sid/64 + 1; need > ix.w {
 		ix.growWords(need)
 	}
-	s := &source{id: id, sid: uint16(sid), recs: make(map[uint64]record)}
+	s := &source{id: id, sid: uint16(sid)}
 	ix.srcs[sid] = s
 	ix.srcIDs[id] = uint16(sid)
 	return s
@@ -184,6 +192,9 @@ func (ix *Index) Apply(src SourceID, b *kvevents.Batch) ApplyStats {
 	}
 	ix.metrics.stored.Add(float64(st.BlocksStored))
 	ix.metrics.removed.Add(float64(st.BlocksRemoved))
+	if st.BlocksRemoved > 0 || st.Cleared {
+		ix.maybeCompact()
+	}
 	return st
 }
 
@@ -201,7 +212,7 @@ func (ix *Index) applyStored(s *source, ev *kvevents.Event, st *ApplyStats) {
 	if ev.BlockSize == 0 || len(ev.TokenIDs) == 0 {
 		// Hash-only tier event (e.g. CPU offload): the block is known by its engine hash.
 		for _, h := range ev.BlockHashes {
-			r, ok := s.recs[h]
+			r, ok := s.recs.get(h)
 			if !ok || !ix.valid(r) {
 				ix.skip(st, 1, "unknown_hash")
 				continue
@@ -218,7 +229,7 @@ func (ix *Index) applyStored(s *source, ev *kvevents.Event, st *ApplyStats) {
 	}
 	var c chain
 	if ev.HasParent {
-		r, ok := s.recs[ev.ParentHash]
+		r, ok := s.recs.get(ev.ParentHash)
 		if !ok || !ix.valid(r) {
 			ix.skip(st, n, "unknown_parent")
 			return
@@ -240,43 +251,52 @@ func (ix *Index) applyStored(s *source, ev *kvevents.Event, st *ApplyStats) {
 
 // store adds one reference of (s, engine hash h) → key k on medium m.
 func (ix *Index) store(s *source, h uint64, k Key, m kvevents.Medium) {
-	r, ok := s.recs[h]
-	if ok && ix.valid(r) {
-		n := r.node()
-		if ix.nodeKey(n) == uint64(k) {
-			c := r.refs(m)
-			if c == 0 {
-				ix.setBit(n, m, s.sid)
+	t := &s.recs
+	i := t.find(h)
+	if i >= 0 {
+		r := t.slots[i].r
+		if ix.valid(r) {
+			n := r.node()
+			if ix.nodeKey(n) == uint64(k) {
+				c := r.refs(m)
+				if c == 0 {
+					ix.setBit(n, m, s.sid)
+				}
+				if c < refMax[m] {
+					t.slots[i].r = r.withRefs(m, c+1)
+				}
+				ix.touch(n)
+				ix.confirm(s.sid, k, m)
+				return
 			}
-			if c < refMax[m] {
-				r = r.withRefs(m, c+1)
-			}
-			s.recs[h] = r
-			ix.touch(n)
-			ix.confirm(s.sid, k, m)
-			return
+			// The engine reused the hash for other content (a different seed or algorithm after
+			// a restart we missed): the old residency is gone.
+			ix.release(s, r)
 		}
-		// The engine reused the hash for other content (a different seed or algorithm after
-		// a restart we missed): the old residency is gone.
-		ix.release(s, h, r)
-	}
-	if !ok {
-		ix.entries++
+		// The slot is reused: findOrCreate below touches no source table, so i stays valid.
 	}
 	n := ix.findOrCreate(uint64(k))
 	ix.setBit(n, m, s.sid)
-	s.recs[h] = packRecord(n, ix.nodeGen(n)).withRefs(m, 1)
+	r := packRecord(n, ix.nodeGen(n)).withRefs(m, 1)
+	if i >= 0 {
+		t.slots[i].r = r
+	} else {
+		t.insert(h, r)
+		ix.entries++
+	}
 	ix.confirm(s.sid, k, m)
 }
 
 // remove drops one reference of (s, h) on medium m; false if the source does not hold it.
 func (ix *Index) remove(s *source, h uint64, m kvevents.Medium) bool {
-	r, ok := s.recs[h]
-	if !ok {
+	t := &s.recs
+	i := t.find(h)
+	if i < 0 {
 		return false
 	}
+	r := t.slots[i].r
 	if !ix.valid(r) {
-		delete(s.recs, h) // its node was evicted by the MaxKeys cap
+		t.delAt(i) // its node was evicted by the MaxKeys cap
 		ix.entries--
 		return false
 	}
@@ -292,49 +312,39 @@ func (ix *Index) remove(s *source, h uint64, m kvevents.Medium) bool {
 		ix.clearBit(n, m, s.sid)
 	}
 	if !r.anyRefs() {
-		delete(s.recs, h)
+		t.delAt(i)
 		ix.entries--
 		if ix.nodeEmpty(n) {
 			ix.freeNode(n)
 		}
 		return true
 	}
-	s.recs[h] = r
+	t.slots[i].r = r
 	return true
 }
 
-// release drops every reference of one record.
-func (ix *Index) release(s *source, h uint64, r record) {
+// release drops every residency of record r (a valid one) from its node; the caller updates
+// the source's table.
+func (ix *Index) release(s *source, r record) {
 	n := r.node()
 	for m := kvevents.Medium(0); m < kvevents.NumMedia; m++ {
 		if r.refs(m) > 0 {
 			ix.clearBit(n, m, s.sid)
 		}
 	}
-	delete(s.recs, h)
-	ix.entries--
 	if ix.nodeEmpty(n) {
 		ix.freeNode(n)
 	}
 }
 
 func (ix *Index) clearSource(s *source) {
-	for _, r := range s.recs {
-		if !ix.valid(r) {
-			continue
-		}
-		n := r.node()
-		for m := kvevents.Medium(0); m < kvevents.NumMedia; m++ {
-			if r.refs(m) > 0 {
-				ix.clearBit(n, m, s.sid)
-			}
-		}
-		if ix.nodeEmpty(n) {
-			ix.freeNode(n)
+	for _, sl := range s.recs.slots {
+		if sl.r != 0 && ix.valid(sl.r) {
+			ix.release(s, sl.r)
 		}
 	}
-	ix.entries -= len(s.recs)
-	s.recs = make(map[uint64]record) // a fresh map gives the old one's memory back
+	ix.entries -= s.recs.n
+	s.recs = recTable{} // gives the table's memory back
 	ix.pred.dropSource(s.sid)
 }
 
@@ -345,6 +355,7 @@ func (ix *Index) ClearSource(src SourceID) {
 	defer ix.mu.Unlock()
 	if sid, ok := ix.srcIDs[src]; ok {
 		ix.clearSource(ix.srcs[sid])
+		ix.maybeCompact()
 	}
 }
 
@@ -361,6 +372,7 @@ func (ix *Index) RemoveEndpoint(endpoint string) {
 		ix.srcs[sid] = nil
 		delete(ix.srcIDs, id)
 	}
+	ix.maybeCompact()
 }
 
 // Stats returns a snapshot of the index's size and counters.
@@ -386,8 +398,9 @@ func (ix *Index) SourceBlocks(src SourceID) map[Key][kvevents.NumMedia]bool {
 	if !ok {
 		return out
 	}
-	for _, r := range ix.srcs[sid].recs {
-		if !ix.valid(r) {
+	for _, sl := range ix.srcs[sid].recs.slots {
+		r := sl.r
+		if r == 0 || !ix.valid(r) {
 			continue
 		}
 		k := Key(ix.nodeKey(r.node()))
@@ -412,10 +425,10 @@ func (ix *Index) SourceHashes(src SourceID, m kvevents.Medium) []uint64 {
 	if !ok {
 		return []uint64{}
 	}
-	out := make([]uint64, 0, len(ix.srcs[sid].recs))
-	for h, r := range ix.srcs[sid].recs {
-		if ix.valid(r) && r.refs(m) > 0 {
-			out = append(out, h)
+	out := make([]uint64, 0, ix.srcs[sid].recs.n)
+	for _, sl := range ix.srcs[sid].recs.slots {
+		if sl.r != 0 && ix.valid(sl.r) && sl.r.refs(m) > 0 {
+			out = append(out, sl.h)
 		}
 	}
 	slices.Sort(out)

@@ -116,6 +116,8 @@ type lookupScratch struct {
 	lens  []int32
 	wbits []uint64
 	rel   []uint64
+	cw    []uint64
+	sw    []uint64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
@@ -177,6 +179,8 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 		wext   [window]bool
 	)
 	sc.wbits = slices.Grow(sc.wbits[:0], window*w)[:window*w]
+	sc.cw = slices.Grow(sc.cw[:0], w)[:w]
+	sc.sw = slices.Grow(sc.sw[:0], w)[:w]
 	wbits := sc.wbits
 	i := 0
 	live, csLive := refresh(alive, rel)
@@ -193,15 +197,34 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 				continue
 			}
 			bits := wbits[x*w : (x+1)*w : (x+1)*w]
-			copy(bits, ix.gpuWords(node))
 			var miss uint64
-			for wi, b := range bits {
-				miss |= rel[wi] &^ b
+			// gpuHolders written out: this is the lookup's inner loop, and a call per block
+			// showed in the profile.
+			if h := ix.hold[node>>chunkShift][node&chunkMask]; h&holdSpill != 0 {
+				e := uint32(h)
+				off := int(e&chunkMask) * spillStride * w
+				src := ix.spill[e>>chunkShift][off : off+w : off+w]
+				for wi, b := range src {
+					bits[wi] = b
+					miss |= rel[wi] &^ b
+				}
+				wext[x] = h&holdExt != 0
+			} else {
+				clear(bits)
+				ext := false
+				for c := 0; c < holdCount(h); c++ {
+					sid, mask := holdEnt(h, c)
+					bits[sid>>6] |= (mask & 1) << (sid & 63)
+					ext = ext || mask&^1 != 0
+				}
+				wext[x] = ext
+				for wi, b := range bits {
+					miss |= rel[wi] &^ b
+				}
 			}
 			if miss == 0 && !csLive {
 				quiet |= 1 << x
 			}
-			wext[x] = ix.exts[node>>chunkShift][node&chunkMask] != 0
 			ix.touch(node)
 		}
 		for todo := ^quiet & (^uint64(0) >> (window - end)); todo != 0; todo &= todo - 1 {
@@ -221,8 +244,9 @@ func (ix *Index) lookup(out []EndpointMatch, it *keyIter, maxBlocks int) []Endpo
 			if ok {
 				gw = wbits[j*w : (j+1)*w : (j+1)*w]
 				if wext[j] {
-					cw = ix.mediumWords(node, kvevents.MediumCPU)
-					sw = ix.mediumWords(node, kvevents.MediumStorage)
+					cw, sw = sc.cw, sc.sw
+					ix.holderWords(node, kvevents.MediumCPU, cw)
+					ix.holderWords(node, kvevents.MediumStorage, sw)
 				}
 			}
 			// Predictions matter only for sources still in the predicted prefix that lack the

@@ -282,10 +282,9 @@ func (ix *Index) predictKeys(src SourceID, keys []Key, ttl time.Duration) {
 	if s == nil {
 		return
 	}
-	word, bit := int(s.sid>>6), uint64(1)<<(s.sid&63)
 	todo := ix.predScratch[:0]
 	for _, k := range keys {
-		if n, ok := ix.find(uint64(k)); ok && ix.gpuWords(n)[word]&bit != 0 {
+		if n, ok := ix.find(uint64(k)); ok && ix.holds(n, kvevents.MediumGPU, s.sid) {
 			continue
 		}
 		todo = append(todo, k)
