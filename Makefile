@@ -107,6 +107,13 @@ bench: ## Simulate every workload in bench/workloads through every policy (out/b
 	$(GO) build -o $(BIN)/ ./cmd/kvbench
 	$(BIN)/kvbench simulate --traces $(TRACES) --out $(BENCH_OUT) $(BENCH_WORKLOADS)
 
+# ARGS for bench-compare: -quick (seconds; what CI runs), -rounds N, -block-sizes 16,64, -workloads shared,disjoint,hot.
+ARGS ?=
+
+.PHONY: bench-compare
+bench-compare: ## kvrouter's prefix index against llm-d's in-memory kvblock index, same events and lookups (internal/bench/compare, a module of its own; docs/benchmarks.md).
+	cd internal/bench/compare && CGO_ENABLED=0 $(GO) run . $(ARGS)
+
 ##@ OLM bundle and images
 
 .PHONY: bundle
