@@ -50,7 +50,7 @@ func group(pkg string) string {
 		return "sim"
 	case under(rel, "internal/bench"), rel == "cmd/kvbench":
 		return "bench"
-	case rel == "internal/apikey", rel == "internal/routerapi":
+	case rel == "internal/apikey", rel == "internal/routerapi", under(rel, "internal/tokenizer"):
 		return "shared"
 	case under(rel, "api"):
 		return "api"
@@ -277,7 +277,7 @@ func TestInternalHasOneFolderPerProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"router": true, "operator": true, "sim": true, "bench": true, "apikey": true, "routerapi": true}
+	want := map[string]bool{"router": true, "operator": true, "sim": true, "bench": true, "apikey": true, "routerapi": true, "tokenizer": true}
 	for _, e := range entries {
 		if !want[e.Name()] {
 			t.Errorf("internal/%s: put it under the program that uses it (router, operator, sim, bench), or add it to the shared packages here and to docs/architecture.md", e.Name())
