@@ -29,6 +29,7 @@ import (
 // KVRouterSpec describes the model, its engines, the router in front of them, and how traffic and
 // scaling reach them. Defaults live in the schema so that `kubectl get -o yaml` shows what runs.
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.gateway.mode) || self.gateway.mode != 'InferencePool' || !has(self.router) || !has(self.router.apiKeySecret) || (has(self.gateway.failureMode) && self.gateway.failureMode == 'FailClose')",message="spec.router.apiKeySecret with spec.gateway.mode: InferencePool needs spec.gateway.failureMode: FailClose: with FailOpen the Gateway forwards requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check; set FailClose, or authenticate at the Gateway or with spec.engine.apiKeySecret instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.router) || !has(self.router.tokenizer) || !has(self.router.tokenizer.fromCacheVolume) || !self.router.tokenizer.fromCacheVolume || (has(self.model.cachePVC) && size(self.model.cachePVC) > 0)",message="spec.router.tokenizer.fromCacheVolume needs spec.model.cachePVC: it mounts that claim in the router pods; set cachePVC, or let the router fetch the tokenizer from the Hub"
 type KVRouterSpec struct {
 	// Model is what the engines load and the name clients use.
 	Model ModelSpec `json:"model"`
@@ -300,6 +301,47 @@ type RouterSpec struct {
 	// as a line, move clients to it, then remove the old one.
 	// +optional
 	APIKeySecret *SecretKeyRef `json:"apiKeySecret,omitempty"`
+
+	// Tokenizer says where the router gets a prompt's token ids, which its index lookups need.
+	// +kubebuilder:default={}
+	// +optional
+	Tokenizer RouterTokenizerSpec `json:"tokenizer,omitempty"`
+}
+
+// TokenizerSource says who tokenizes prompts for the router.
+// +kubebuilder:validation:Enum=Auto;Engine
+type TokenizerSource string
+
+const (
+	// TokenizerAuto: the router tokenizes in its own process with the model's tokenizer.json and
+	// chat template (read from the cache volume with fromCacheVolume, otherwise fetched from the
+	// Hugging Face Hub with spec.model.hfTokenSecret), once they agree with an engine's /tokenize
+	// on a sample. It keeps comparing a small share of requests with the engines', and asks the
+	// engines whenever its tokenizer cannot be loaded or has disagreed once. With
+	// spec.simulate (whose engines tokenize synthetically) and with a model given as a path the
+	// router cannot read, Auto is Engine.
+	TokenizerAuto TokenizerSource = "Auto"
+	// TokenizerEngine: every text prompt is tokenized by an engine's /tokenize, a round trip that
+	// waits in the engine's queue when the engine is busy.
+	TokenizerEngine TokenizerSource = "Engine"
+)
+
+// RouterTokenizerSpec configures the router's tokenizer.
+// +kubebuilder:validation:XValidation:rule="!has(self.fromCacheVolume) || !self.fromCacheVolume || !has(self.source) || self.source == 'Auto'",message="spec.router.tokenizer.fromCacheVolume applies only to spec.router.tokenizer.source: Auto (with Engine the router reads no tokenizer files): remove it, or set source to Auto"
+type RouterTokenizerSpec struct {
+	// Source: Auto (in process, checked against the engines) or Engine (each prompt sent to an
+	// engine's /tokenize).
+	// +kubebuilder:default=Auto
+	// +optional
+	Source TokenizerSource `json:"source,omitempty"`
+
+	// FromCacheVolume mounts spec.model.cachePVC read-only in the router pods and reads the
+	// tokenizer from it (the Hugging Face cache layout under HF_HOME, or the model's directory
+	// when spec.model.name is a path), for clusters that cannot reach the Hub. The routers run
+	// on other nodes than the engines, so the claim must allow that (ReadOnlyMany or
+	// ReadWriteMany); with ReadWriteOnce the router pods would not start.
+	// +optional
+	FromCacheVolume bool `json:"fromCacheVolume,omitempty"`
 }
 
 // SecretKeyRef names one key of a Secret in the KVRouter's namespace. The operator never reads
@@ -427,8 +469,8 @@ type KVRouterStatus struct {
 
 	// Conditions: Ready (summary), Progressing, Degraded, CRDsInstalled, InferencePoolReady (with
 	// spec.gateway.mode InferencePool: the Gateways' verdict on the pool), and from the router's
-	// /v1/status: RouterStatusAvailable, CacheThrashing, EventsDegraded, TokenizerDegraded and
-	// EngineConfigMismatch.
+	// /v1/status: RouterStatusAvailable, CacheThrashing, EventsDegraded, TokenizerDegraded,
+	// EngineConfigMismatch and TokenizerMismatch.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

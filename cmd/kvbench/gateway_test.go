@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -31,9 +32,16 @@ import (
 	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
-// The end-to-end test below starts vllm-sim and a router process; in -short mode nothing is
-// built and it is skipped.
-func TestMain(m *testing.M) { fleettest.Main(m) }
+// The end-to-end tests start vllm-sim and a router process; in -short mode nothing is built and
+// they are skipped. `kvbench overhead` starts its plain proxy as `kvbench plainproxy`: the test
+// binary serves that itself when asTestKvbench is set, rather than linking kvbench once more.
+func TestMain(m *testing.M) {
+	if os.Getenv(asTestKvbench) == "1" {
+		main()
+		os.Exit(0)
+	}
+	fleettest.Main(m)
+}
 
 // The gateway forwards whatever reaches it to the fleet, with no keys or TLS: it must refuse to
 // listen where another machine could reach it, before it dials or listens at all.

@@ -17,7 +17,8 @@ limitations under the License.
 // Command kvbench measures routing policies on the same workloads: `kvbench simulate` runs every
 // policy over simulated engines in virtual time; `kvbench live` drives a running router or engine
 // over HTTP; `kvbench gateway` stands in for an Inference Gateway in front of a router in EPP mode,
-// so that `kvbench live` can drive that too. See docs/kvbench.md.
+// so that `kvbench live` can drive that too; `kvbench overhead` measures the router's added
+// latency and CPU against a plain reverse proxy. See docs/kvbench.md.
 package main
 
 import (
@@ -40,6 +41,10 @@ func main() {
 		err = runLive(os.Args[2:], log)
 	case "gateway":
 		err = runGateway(os.Args[2:], log)
+	case "overhead":
+		err = runOverhead(os.Args[2:], log)
+	case "plainproxy":
+		err = runPlainProxy(os.Args[2:])
 	case "compare":
 		err = runCompare(os.Args[2:])
 	case "markdown":
@@ -65,6 +70,9 @@ func usage() {
   kvbench live --target URL --workload FILE [--policy-label NAME] [--rate R] [--requests N] [--duration D] [--out DIR]
   kvbench gateway [--epp HOST:PORT] [--listen ADDR] [--body-mode full-duplex|buffered] [--chunk-bytes N]
                                                          (HTTP gateway on loopback in front of a router in --mode epp)
+  kvbench overhead [--rates 100,200,300] [--rounds 5] [--duration 10s] [--prompt ids|text] [--stream] [--routers name=path,...]
+                                                         (the router's added latency and CPU against a plain reverse proxy)
+  kvbench plainproxy --listen ADDR --upstreams URL,URL   (httputil.ReverseProxy round-robin: overhead's baseline)
   kvbench compare --out DIR REPORT.json REPORT.json...   (merge live reports into one comparison)
   kvbench markdown [--sweep a,b] REPORT.json...           (Markdown tables for docs/benchmarks.md)
   kvbench policies                                       (list the policies)

@@ -100,6 +100,8 @@ type options struct {
 	admissionEngineCapacity                   int
 	admissionBatchFraction                    float64
 	admissionTailHeadroom                     float64
+
+	tokenizer tokenizerOptions
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -166,6 +168,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.engineAPIKeyFile, "engine-api-key-file", "", "file holding the engines' API key (vLLM --api-key), sent to them in place of the client's Authorization; empty: the client's Authorization is passed through, unless --api-key-file is set")
 	fs.StringVar(&o.adminAddr, "admin-addr", ":9090", "serve /metrics, /v1/status and /v1/autoscale (for Prometheus, the operator and KEDA; no client key) on this address, never on --port; off when empty")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	addTokenizerFlags(fs, &o.tokenizer, os.LookupEnv)
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof and the index dump /debug/kvindex on this address (e.g. 127.0.0.1:6060); off when empty")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -225,6 +228,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--kv-events-max-frame-bytes %d: must be within 1 and 2^40", o.kvMaxFrameBytes)
 	}
 	if err := checkMode(o); err != nil {
+		return nil, err
+	}
+	if err := checkTokenizerFlags(&o.tokenizer, o.model); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -381,6 +387,7 @@ func run(ctx context.Context, o *options) error {
 		Model: o.model, SessionHeader: o.sessionHeader, MaxBodyBytes: o.maxBody,
 		ReportModeFull: o.reportMode == "full", UpstreamHeaderTimeout: o.headerTimeout,
 		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout, BodyReadTimeout: o.bodyReadTimeout,
+		Tokenizer: o.tokenizer.mode, TokenizerVerifyFraction: o.tokenizer.configFraction(),
 	}
 	cfg.TTFBWatchdogFactor, cfg.TTFBWatchdogFloor, cfg.TTFBWatchdogCap = o.ttfbFactor, o.ttfbFloor, o.ttfbCap
 	if o.ttfbFactor == 0 {
@@ -444,6 +451,7 @@ func run(ctx context.Context, o *options) error {
 		Interval: o.scrapeInterval}
 	go scraper.Run(ctx)
 	go srv.Run(ctx)
+	go loadTokenizer(ctx, &o.tokenizer, o.model, srv, os.LookupEnv, log.WithName("tokenizer"))
 
 	if o.pprofAddr != "" {
 		// A separate listener, so profiling is never exposed on the serving port.

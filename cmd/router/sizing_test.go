@@ -62,9 +62,22 @@ func TestSizingPoint(t *testing.T) {
 	base, eb := freeRange(t, 3*nEngines), 0
 	eb = base + nEngines
 	kv := fmt.Sprintf(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://[::1]:%d","replay_endpoint":"tcp://127.0.0.1:%d","topic":"kv@e{engine}@m"}`, eb, eb+1)
-	fleettest.Start(t, "vllm-sim", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
+	// KVROUTER_SIZING_PROMPTS=ids sends the prompts as token ids (no tokenizer anywhere);
+	// KVROUTER_SIZING_TOKENIZER=dir gives the engines that tokenizer.json and has the router
+	// tokenize in process with it (otherwise it asks the engines' /tokenize).
+	ids := os.Getenv("KVROUTER_SIZING_PROMPTS") == "ids"
+	tokDir := os.Getenv("KVROUTER_SIZING_TOKENIZER")
+	simArgs := []string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "m",
 		"--host", "127.0.0.1", "--port", fmt.Sprint(base), "--engines", fmt.Sprint(nEngines),
-		"--block-size", "16", "--kv-events-config", kv, "--log-level", "warn")
+		"--block-size", "16", "--kv-events-config", kv, "--log-level", "warn"}
+	routerArgs := []string{"--model", "m", "--scrape-interval", "1s", "--log-level", "warn"}
+	if tokDir != "" {
+		simArgs = append(simArgs, "--tokenizer", tokDir)
+		routerArgs = append(routerArgs, "--tokenizer", "local", "--tokenizer-dir", tokDir)
+	} else {
+		routerArgs = append(routerArgs, "--tokenizer", "engine")
+	}
+	fleettest.Start(t, "vllm-sim", simArgs...)
 	var b strings.Builder
 	b.WriteString("endpoints:\n")
 	for i := 0; i < nEngines; i++ {
@@ -79,16 +92,31 @@ func TestSizingPoint(t *testing.T) {
 		fleettest.WaitOK(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+i))
 	}
 	pprofPort := fleettest.FreePort(t)
-	r := fleettest.StartRouter(t, file, "--model", "m", "--scrape-interval", "1s", "--log-level", "warn",
-		"--pprof-addr", fmt.Sprintf("127.0.0.1:%d", pprofPort))
+	r := fleettest.StartRouter(t, file, append(routerArgs, "--pprof-addr", fmt.Sprintf("127.0.0.1:%d", pprofPort))...)
 	r.WaitConnected(t, nEngines)
 	pid := r.Proc.Pid()
 
 	// Prompts: 20 shared prefixes of ~90K words, each request adds ~10K distinct words.
 	rnd := rand.New(rand.NewPCG(1, 2))
 	prefixes := make([]string, 20)
+	// A real tokenizer makes two tokens of each word ("doc" "7", "q" "12"): half as many words
+	// keep the prompts at ~100K tokens, within the model's context.
+	words := 1
+	if tokDir != "" {
+		words = 2
+	}
 	for i := range prefixes {
-		prefixes[i] = strings.Repeat(fmt.Sprintf("doc%d ", i), 90000)
+		prefixes[i] = strings.Repeat(fmt.Sprintf("doc%d ", i), 90000/words)
+	}
+	if tokDir != "" {
+		// Loading the tokenizer (a second or so of CPU, once) must not count as idle cost.
+		deadline := time.Now().Add(time.Minute)
+		for st := r.Status(t); st.Tokenizer == nil || st.Tokenizer.Source != "local"; st = r.Status(t) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the router does not tokenize in process: %+v", st.Tokenizer)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 	// Idle cost first: scrapes of 100 engines and 100 idle event streams.
 	idle0, it0 := procCPU(t, pid), time.Now()
@@ -119,7 +147,13 @@ func TestSizingPoint(t *testing.T) {
 	for next := t0; next.Before(deadline); next = next.Add(time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))) {
 		time.Sleep(time.Until(next))
 		id := sent.Add(1)
-		body := fleettest.Completion(prefixes[rnd.IntN(len(prefixes))]+strings.Repeat(fmt.Sprintf("q%d ", id), 10000), 100, true)
+		p := rnd.IntN(len(prefixes))
+		var body string
+		if ids {
+			body = idsCompletion(p, id)
+		} else {
+			body = fleettest.Completion(prefixes[p]+strings.Repeat(fmt.Sprintf("q%d ", id), 10000/words), 100, true)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -155,6 +189,25 @@ func TestSizingPoint(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Errorf("%d requests failed", failed.Load())
 	}
+}
+
+// idsCompletion is the token-id form of the sizing prompt: 90,000 ids shared by every request on
+// prefix p, then 10,000 ids of its own.
+func idsCompletion(p int, id int64) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","max_tokens":100,"stream":true,"prompt":[`)
+	for i := range 100000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v := 1000 + (p*7919+i*31)%100000
+		if i >= 90000 {
+			v = 1000 + int((id*104729+int64(i)*13)%100000)
+		}
+		b.WriteString(strconv.Itoa(v))
+	}
+	b.WriteString("]}")
+	return b.String()
 }
 
 // freeRange finds n consecutive ports in 20000–30000 that are free on 127.0.0.1 and ::1.

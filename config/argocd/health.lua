@@ -18,6 +18,7 @@ local advisories = {
   {type = "EventsDegraded", bad = "True"},
   {type = "TokenizerDegraded", bad = "True"},
   {type = "EngineConfigMismatch", bad = "True"},
+  {type = "TokenizerMismatch", bad = "True"},
   {type = "RouterStatusAvailable", bad = "False"},
 }
 

@@ -44,6 +44,34 @@ type Status struct {
 	Index *IndexStats `json:"index,omitempty"`
 	// Admission is the admission control's bounds and what it shed (absent when it is off).
 	Admission *Admission `json:"admission,omitempty"`
+	// Tokenizer says where prompts are tokenized: in process or on the engines' /tokenize.
+	Tokenizer *Tokenizer `json:"tokenizer,omitempty"`
+}
+
+// Tokenizer is how the router tokenizes prompts (docs/tokenizer.md).
+type Tokenizer struct {
+	// Mode is the --tokenizer flag: auto, local or engine.
+	Mode string `json:"mode"`
+	// Source is what tokenizes requests now: "local" (in process, from the model's
+	// tokenizer.json) or "engine" (a call to an engine's /tokenize).
+	Source string `json:"source"`
+	// Origin is where the in-process tokenizer was loaded from (a directory, or hub:REPO@REV);
+	// empty while none is loaded.
+	Origin string `json:"origin,omitempty"`
+	// Reason says why Source is what it is (loading, start check pending or passed, mismatch).
+	Reason string `json:"reason"`
+	// Verified is true once the in-process tokenizer agreed with an engine on the start sample.
+	Verified bool `json:"verified"`
+	// LocalRequests counts requests tokenized in process; Verifications the ones an engine
+	// also tokenized (a sample, off the request path) and that matched; VerifyErrors the
+	// samples no engine answered.
+	LocalRequests uint64 `json:"localRequests"`
+	Verifications uint64 `json:"verifications"`
+	VerifyErrors  uint64 `json:"verifyErrors"`
+	// Mismatches counts disagreements with an engine (start check or samples); the first one
+	// switches the router to the engines' /tokenize until it restarts.
+	Mismatches   uint64     `json:"mismatches"`
+	LastMismatch *time.Time `json:"lastMismatch,omitempty"`
 }
 
 // Admission is the state of the router's admission control (docs/router.md#admission-control).
@@ -211,7 +239,8 @@ type RoutedWindow struct {
 
 // Degradation is one thing not working as designed.
 type Degradation struct {
-	// Type is one of "TokenizerUnavailable", "EventsDegraded", "NoReadyEndpoint".
+	// Type is one of "TokenizerUnavailable", "TokenizerMismatch", "EventsDegraded",
+	// "NoReadyEndpoint".
 	Type    string    `json:"type"`
 	Message string    `json:"message"`
 	Since   time.Time `json:"since,omitempty"`

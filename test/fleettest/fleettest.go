@@ -77,6 +77,10 @@ func Main(m *testing.M, extra ...string) {
 	os.Exit(code)
 }
 
+// BinDir is the directory Main built the binaries into (empty in -short mode), for a harness
+// that starts them itself.
+func BinDir() string { return binDir }
+
 // NeedBinaries skips the test when Main built no binaries (-short mode).
 func NeedBinaries(t *testing.T) {
 	t.Helper()

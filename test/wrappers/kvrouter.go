@@ -229,3 +229,9 @@ func (w *KVRouterWrapper) EngineAPIKeySecret(name, key string) *KVRouterWrapper 
 	w.Spec.Engine.APIKeySecret = &v1alpha1.SecretKeyRef{Name: name, Key: key}
 	return w
 }
+
+// Tokenizer sets spec.router.tokenizer.
+func (w *KVRouterWrapper) Tokenizer(source v1alpha1.TokenizerSource, fromCacheVolume bool) *KVRouterWrapper {
+	w.Spec.Router.Tokenizer = v1alpha1.RouterTokenizerSpec{Source: source, FromCacheVolume: fromCacheVolume}
+	return w
+}

@@ -54,6 +54,7 @@ const (
 	EventCacheThrashingEnded     = "CacheThrashingEnded"
 	EventEventsDegraded          = "EventsDegraded"
 	EventEngineConfigMismatch    = "EngineConfigMismatch"
+	EventTokenizerMismatch       = "TokenizerMismatch"
 	EventRouterStatusUnavailable = "RouterStatusUnavailable"
 )
 
@@ -266,14 +267,15 @@ func isRouterCondition(t string) bool {
 	switch t {
 	case routerstatus.ConditionRouterStatusAvailable, routerstatus.ConditionCacheThrashing,
 		routerstatus.ConditionEventsDegraded, routerstatus.ConditionTokenizerDegraded,
-		routerstatus.ConditionEngineConfigMismatch:
+		routerstatus.ConditionEngineConfigMismatch, routerstatus.ConditionTokenizerMismatch:
 		return true
 	}
 	return false
 }
 
 // recordRouterTransitions emits Events when thrashing starts and ends, when KV events degrade,
-// when an engine's configuration stops matching the spec, and when the router stops answering.
+// when an engine's configuration stops matching the spec, when the router's tokenizer disagrees
+// with the engines', and when the router stops answering.
 func (r *KVRouterReconciler) recordRouterTransitions(before, after *v1alpha1.KVRouter) {
 	changed := func(t string) (was, now *metav1.Condition, ok bool) {
 		was = meta.FindStatusCondition(before.Status.Conditions, t)
@@ -293,6 +295,9 @@ func (r *KVRouterReconciler) recordRouterTransitions(before, after *v1alpha1.KVR
 	}
 	if _, now, ok := changed(routerstatus.ConditionEngineConfigMismatch); ok && now.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventEngineConfigMismatch, "Observe", "%s", now.Message)
+	}
+	if _, now, ok := changed(routerstatus.ConditionTokenizerMismatch); ok && now.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventTokenizerMismatch, "Observe", "%s", now.Message)
 	}
 	if was, now, ok := changed(routerstatus.ConditionRouterStatusAvailable); ok && now.Reason == routerstatus.ReasonUnreachable &&
 		was != nil && was.Status == metav1.ConditionTrue {

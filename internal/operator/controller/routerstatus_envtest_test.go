@@ -155,7 +155,7 @@ var _ = Describe("KVRouter status from the router", func() {
 			g.Expect(eventReasons(g, k8sClient, kvr)).To(ContainElement(EventCacheThrashingEnded))
 		}).Should(Succeed())
 
-		By("KV events not current, the tokenizer failing, an engine on another block size")
+		By("KV events not current, the tokenizer failing, an engine on another block size, the router's tokenizer disagreeing")
 		stub.set(func(d *routerapi.Status) {
 			*d = fleetDoc(0.95, 0)
 			d.Degradations = []routerapi.Degradation{
@@ -163,6 +163,7 @@ var _ = Describe("KVRouter status from the router", func() {
 				{Type: "TokenizerUnavailable", Message: "requests are routed by load alone while /tokenize fails: HTTP 500"},
 			}
 			d.Endpoints[1].Engine.BlockSize = "32"
+			d.Tokenizer = &routerapi.Tokenizer{Mode: "auto", Source: "engine", Origin: "hub:org/model@main", Mismatches: 1}
 		})
 		Eventually(func(g Gomega) {
 			cur := reload(g, k8sClient, kvr)
@@ -171,7 +172,9 @@ var _ = Describe("KVRouter status from the router", func() {
 			expectCondition(g, cur, routerstatus.ConditionTokenizerDegraded, metav1.ConditionTrue, routerstatus.ReasonTokenizeFailing)
 			c = expectCondition(g, cur, routerstatus.ConditionEngineConfigMismatch, metav1.ConditionTrue, routerstatus.ReasonConfigDiffers)
 			g.Expect(c.Message).To(ContainSubstring("e-1 reports block size 32"))
-			g.Expect(eventReasons(g, k8sClient, kvr)).To(ContainElements(EventEventsDegraded, EventEngineConfigMismatch))
+			c = expectCondition(g, cur, routerstatus.ConditionTokenizerMismatch, metav1.ConditionTrue, routerstatus.ReasonDisagreesWithEngines)
+			g.Expect(c.Message).To(ContainSubstring("hub:org/model@main"))
+			g.Expect(eventReasons(g, k8sClient, kvr)).To(ContainElements(EventEventsDegraded, EventEngineConfigMismatch, EventTokenizerMismatch))
 			// Serving goes on: these are warnings, not outages.
 			expectCondition(g, cur, ConditionReady, metav1.ConditionTrue, ReasonServing)
 		}).Should(Succeed())

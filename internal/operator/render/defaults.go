@@ -72,6 +72,9 @@ func Default(kvr *v1alpha1.KVRouter) {
 	if r.Policy == "" {
 		r.Policy = v1alpha1.PolicyAuto
 	}
+	if r.Tokenizer.Source == "" {
+		r.Tokenizer.Source = v1alpha1.TokenizerAuto
+	}
 
 	if gw := kvr.Spec.Gateway; gw != nil {
 		if gw.Mode == "" {

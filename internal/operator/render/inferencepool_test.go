@@ -156,7 +156,8 @@ func TestRouterAsEndpointPicker(t *testing.T) {
 	c := find[*appsv1.Deployment](t, objs, "m-router").Spec.Template.Spec.Containers[0]
 	wantArgs := []string{"--mode", "epp", "--grpc-tls", "--grpc-port", "9002", "--grpc-health-port", "9003", "--admin-addr", ":9090",
 		"--discovery", "kubernetes", "--namespace", "ns", "--selector", render.EngineSelector(kvr), "--engine-port", "8000",
-		"--kv-events-port", "5557", "--kv-replay-port", "5558", "--block-size", "32", "--policy", "Auto", "--model", "m"}
+		"--kv-events-port", "5557", "--kv-replay-port", "5558", "--block-size", "32", "--policy", "Auto", "--model", "m",
+		"--tokenizer", "auto", "--tokenizer-model", kvr.Spec.Model.Name}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args %v\nwant %v", c.Args, wantArgs)
 	}

@@ -417,7 +417,7 @@ func TestRouter(t *testing.T) {
 	want := []string{"--port", "8080", "--admin-addr", ":9090", "--discovery", "kubernetes", "--namespace", "ns",
 		"--selector", render.EngineSelector(kvr), "--engine-port", "8000", "--kv-events-port", "5557",
 		"--kv-replay-port", "5558", "--block-size", "64", "--policy", "DecodeBound", "--model", "m",
-		"--session-header", "X-Session"}
+		"--session-header", "X-Session", "--tokenizer", "auto", "--tokenizer-model", kvr.Spec.Model.Name}
 	if !slices.Equal(c.Args, want) || !slices.Equal(c.Command, []string{"/router"}) {
 		t.Errorf("router command %v %v", c.Command, c.Args)
 	}

@@ -17,7 +17,9 @@ limitations under the License.
 package render
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -79,7 +81,97 @@ func routerArgs(kvr *v1alpha1.KVRouter) []string {
 	if h := kvr.Spec.Router.SessionHeader; h != "" {
 		args = append(args, "--session-header", h)
 	}
+	args = append(args, routerTokenizerArgs(kvr)...)
 	return append(args, routerKeyArgs(kvr)...)
+}
+
+// routerTokenizerLocal says whether the router may tokenize in process: the engines must
+// tokenize with the model's own tokenizer (not the simulator's synthetic one), and the router
+// must be able to read it (a model given as a path exists only on the cache volume).
+func routerTokenizerLocal(kvr *v1alpha1.KVRouter) bool {
+	tk := kvr.Spec.Router.Tokenizer
+	if tk.Source == v1alpha1.TokenizerEngine || kvr.Spec.Simulate || engineTokenizerArgs(kvr) {
+		return false
+	}
+	return !modelIsPath(kvr) || tk.FromCacheVolume
+}
+
+// tokenizerFlags are the vLLM flags that make the engines tokenize with something else than
+// spec.model.name's main revision: the router cannot know what they load, so the engines tokenize.
+var tokenizerFlags = []string{"--revision", "--tokenizer", "--tokenizer-revision", "--tokenizer-mode",
+	"--chat-template", "--chat-template-content-format", "--hf-overrides", "--trust-remote-code"}
+
+func engineTokenizerArgs(kvr *v1alpha1.KVRouter) bool {
+	for _, a := range kvr.Spec.Engine.ExtraArgs {
+		name, _, _ := strings.Cut(a, "=")
+		name = strings.ReplaceAll(name, "_", "-")
+		if slices.Contains(tokenizerFlags, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// hubEnv are the engines' Hugging Face settings the router follows when it fetches the tokenizer
+// as they fetch the model (a mirror, offline mode, another cache).
+var hubEnv = []string{"HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME"}
+
+// modelIsPath: spec.model.name is a directory inside the cache volume, not a Hub repository id
+// (which never starts with a slash).
+func modelIsPath(kvr *v1alpha1.KVRouter) bool { return strings.HasPrefix(kvr.Spec.Model.Name, "/") }
+
+// routerTokenizerArgs names where the router's tokenizer comes from: the model's directory on
+// the cache volume, or the Hub repository (which the router looks up in HF_HOME's cache first
+// when the volume is mounted).
+func routerTokenizerArgs(kvr *v1alpha1.KVRouter) []string {
+	if !routerTokenizerLocal(kvr) {
+		return []string{"--tokenizer", "engine"}
+	}
+	if modelIsPath(kvr) {
+		return []string{"--tokenizer", "auto", "--tokenizer-dir", kvr.Spec.Model.Name}
+	}
+	return []string{"--tokenizer", "auto", "--tokenizer-model", kvr.Spec.Model.Name}
+}
+
+// routerTokenizerEnv gives the router the engines' Hub token and, with fromCacheVolume, their
+// HF_HOME, so it fetches the tokenizer the way the engines fetch the model.
+func routerTokenizerEnv(kvr *v1alpha1.KVRouter) []corev1.EnvVar {
+	if !routerTokenizerLocal(kvr) {
+		return nil
+	}
+	var env []corev1.EnvVar
+	if kvr.Spec.Router.Tokenizer.FromCacheVolume {
+		env = append(env, corev1.EnvVar{Name: "HF_HOME", Value: modelsDir})
+	}
+	if s := kvr.Spec.Model.HFTokenSecret; s != "" && !modelIsPath(kvr) {
+		env = append(env, corev1.EnvVar{Name: "HF_TOKEN", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: s}, Key: "token"},
+		}})
+	}
+	for _, e := range kvr.Spec.Engine.Env {
+		if !slices.Contains(hubEnv, e.Name) {
+			continue
+		}
+		// The engines' value replaces ours (HF_HOME on the cache volume), as it does for them.
+		if i := slices.IndexFunc(env, func(v corev1.EnvVar) bool { return v.Name == e.Name }); i >= 0 {
+			env[i] = *e.DeepCopy()
+		} else {
+			env = append(env, *e.DeepCopy())
+		}
+	}
+	return env
+}
+
+// routerTokenizerVolume mounts the model cache read-only at the engines' path, so a model given
+// as a path names the same directory in both.
+func routerTokenizerVolume(kvr *v1alpha1.KVRouter) ([]corev1.Volume, []corev1.VolumeMount) {
+	if !routerTokenizerLocal(kvr) || !kvr.Spec.Router.Tokenizer.FromCacheVolume {
+		return nil, nil
+	}
+	return []corev1.Volume{{Name: volumeModels, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: kvr.Spec.Model.CachePVC, ReadOnly: true},
+		}}},
+		[]corev1.VolumeMount{{Name: volumeModels, MountPath: modelsDir, ReadOnly: true}}
 }
 
 func routerServiceAccount(kvr *v1alpha1.KVRouter, opts Options) *corev1.ServiceAccount {
@@ -179,6 +271,9 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 	}
 	keyVolumes, keyMounts := routerKeyVolumes(kvr)
 	c.VolumeMounts = append(c.VolumeMounts, keyMounts...)
+	tokVolumes, tokMounts := routerTokenizerVolume(kvr)
+	c.VolumeMounts = append(c.VolumeMounts, tokMounts...)
+	c.Env = routerTokenizerEnv(kvr)
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: childMeta(kvr, opts, RouterName(kvr), NameRouter, ComponentRouter),
@@ -192,7 +287,7 @@ func routerDeployment(kvr *v1alpha1.KVRouter, opts Options) *appsv1.Deployment {
 					AutomountServiceAccountToken: ptr.To(true), // it watches pods
 					EnableServiceLinks:           ptr.To(false),
 					Containers:                   []corev1.Container{c},
-					Volumes:                      keyVolumes,
+					Volumes:                      append(keyVolumes, tokVolumes...),
 					// The router image's USER is numeric and non-root: no UID needed anywhere.
 					SecurityContext: podSecurityContext(nil, false),
 					// Spread replicas over nodes so that losing one node keeps a router up.

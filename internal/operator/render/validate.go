@@ -142,6 +142,7 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 	if r := kvr.Spec.Router; r.Replicas != nil && *r.Replicas < 1 {
 		errs = append(errs, field.Invalid(spec.Child("router", "replicas"), *r.Replicas, "must be at least 1"))
 	}
+	errs = append(errs, validateTokenizer(kvr)...)
 	if gw := kvr.Spec.Gateway; gw != nil {
 		errs = append(errs, validateGateway(kvr)...)
 	}
@@ -205,6 +206,26 @@ func validateGateway(kvr *v1alpha1.KVRouter) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "router", "apiKeySecret"), kvr.Spec.Router.APIKeySecret.Name,
 			"needs spec.gateway.failureMode: FailClose with spec.gateway.mode: InferencePool: with FailOpen the Gateway forwards "+
 				"requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check"))
+	}
+	return errs
+}
+
+// validateTokenizer mirrors the schema and CEL rules of spec.router.tokenizer.
+func validateTokenizer(kvr *v1alpha1.KVRouter) field.ErrorList {
+	var errs field.ErrorList
+	tk := kvr.Spec.Router.Tokenizer
+	tp := field.NewPath("spec", "router", "tokenizer")
+	sources := []string{string(v1alpha1.TokenizerAuto), string(v1alpha1.TokenizerEngine)}
+	if !slices.Contains(sources, string(tk.Source)) {
+		errs = append(errs, field.NotSupported(tp.Child("source"), tk.Source, sources))
+	}
+	if tk.FromCacheVolume && tk.Source != v1alpha1.TokenizerAuto {
+		errs = append(errs, field.Invalid(tp.Child("fromCacheVolume"), tk.FromCacheVolume,
+			"applies only to spec.router.tokenizer.source: Auto (with Engine the router reads no tokenizer files)"))
+	}
+	if tk.FromCacheVolume && kvr.Spec.Model.CachePVC == "" {
+		errs = append(errs, field.Invalid(tp.Child("fromCacheVolume"), tk.FromCacheVolume,
+			"needs spec.model.cachePVC: it mounts that claim in the router pods"))
 	}
 	return errs
 }

@@ -125,6 +125,15 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 			}
 		}
 	}
+	// spec.router.tokenizer: its enum and the two rules on fromCacheVolume.
+	for _, source := range []v1alpha1.TokenizerSource{"", v1alpha1.TokenizerAuto, v1alpha1.TokenizerEngine, "Local"} {
+		for _, fromVolume := range []bool{false, true} {
+			for _, pvc := range []string{"", "models"} {
+				kvr := wrappers.MakeKVRouter("m", "ns").Tokenizer(source, fromVolume).CachePVC(pvc).Obj()
+				agree(fmt.Sprintf("tokenizer source %q fromCacheVolume %v cachePVC %q", source, fromVolume, pvc), kvr)
+			}
+		}
+	}
 	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
 		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
 		kvr.Spec.Engine.RunAsUser = &uid

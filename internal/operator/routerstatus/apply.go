@@ -50,6 +50,11 @@ const (
 	// block size or prefix-caching hash algorithm other than the spec's: the router's index
 	// cannot match its blocks.
 	ConditionEngineConfigMismatch = "EngineConfigMismatch"
+	// ConditionTokenizerMismatch is True once the router's in-process tokenizer disagreed with
+	// an engine's /tokenize: the router then asks the engines for every prompt (correct, but a
+	// round trip that waits in their queues) until it restarts. Its False reason says who
+	// tokenizes and why.
+	ConditionTokenizerMismatch = "TokenizerMismatch"
 )
 
 // Condition reasons.
@@ -65,6 +70,9 @@ const (
 	ReasonTokenizeWorking            = "TokenizeWorking"
 	ReasonConfigDiffers              = "ConfigDiffers"
 	ReasonConfigMatches              = "ConfigMatches"
+	ReasonDisagreesWithEngines       = "DisagreesWithEngines"
+	ReasonTokenizesInProcess         = "TokenizesInProcess"
+	ReasonEnginesTokenize            = "EnginesTokenize"
 )
 
 // DefaultWindow is the span of the router's rates when its document does not say.
@@ -163,6 +171,7 @@ func Apply(st *v1alpha1.KVRouterStatus, gen int64, want Expect, doc *routerapi.S
 	applyThrashing(st, set, doc, engines, th)
 	applyEvents(st, set, doc, memo, th)
 	applyTokenizer(st, set, doc, memo, th)
+	applyTokenizerSource(set, doc)
 	applyConfig(set, doc, want)
 }
 
@@ -271,6 +280,41 @@ func applyTokenizer(st *v1alpha1.KVRouterStatus, set setFunc, doc *routerapi.Sta
 	memo.tokenizerClean++
 	if !meta.IsStatusConditionTrue(st.Conditions, ConditionTokenizerDegraded) || memo.tokenizerClean >= th.ClearAfter {
 		set(ConditionTokenizerDegraded, metav1.ConditionFalse, ReasonTokenizeWorking, "the router tokenizes prompts")
+	}
+}
+
+// applyTokenizerSource reports who tokenizes: the router in process, or the engines and why. Its
+// messages carry no counters, which would change on every poll and cause writes.
+func applyTokenizerSource(set setFunc, doc *routerapi.Status) {
+	tk := doc.Tokenizer
+	switch {
+	case tk == nil:
+		// A router from before the in-process tokenizer: it always asks the engines.
+		set(ConditionTokenizerMismatch, metav1.ConditionFalse, ReasonEnginesTokenize,
+			"the router asks the engines' /tokenize")
+	case tk.Mismatches > 0:
+		from := ""
+		if tk.Origin != "" {
+			from = " (from " + tk.Origin + ")"
+		}
+		set(ConditionTokenizerMismatch, metav1.ConditionTrue, ReasonDisagreesWithEngines,
+			"the router's in-process tokenizer"+from+" disagreed with an engine's /tokenize, so the router asks the engines "+
+				"until it restarts: check that spec.model.name's tokenizer is the one the engines load (revision, chat template)")
+	case tk.Source == "local":
+		msg := "the router tokenizes in process"
+		if tk.Origin != "" {
+			msg += " with " + tk.Origin
+		}
+		if tk.Verified {
+			msg += ", checked against the engines' /tokenize"
+		}
+		set(ConditionTokenizerMismatch, metav1.ConditionFalse, ReasonTokenizesInProcess, msg)
+	default:
+		msg := "the router asks the engines' /tokenize"
+		if tk.Reason != "" {
+			msg += ": " + tk.Reason
+		}
+		set(ConditionTokenizerMismatch, metav1.ConditionFalse, ReasonEnginesTokenize, msg)
 	}
 }
 

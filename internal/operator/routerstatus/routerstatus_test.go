@@ -224,6 +224,45 @@ func TestTokenizerDegraded(t *testing.T) {
 	}
 }
 
+// TestTokenizerMismatch: the condition says who tokenizes, turns True on the router's first
+// disagreement with an engine, and its messages do not change with the counters (no write per
+// poll).
+func TestTokenizerMismatch(t *testing.T) {
+	st := &v1alpha1.KVRouterStatus{}
+	apply := func(tk *routerapi.Tokenizer) metav1.Condition {
+		t.Helper()
+		d := doc(1, 0.5, 0)
+		d.Tokenizer = tk
+		Apply(st, 7, want, d, time.Now(), &Memo{}, DefaultThresholds())
+		return cond(t, st, ConditionTokenizerMismatch)
+	}
+	if c := apply(nil); c.Status != metav1.ConditionFalse || c.Reason != ReasonEnginesTokenize {
+		t.Fatalf("router without a tokenizer block: %+v", c)
+	}
+	if c := apply(&routerapi.Tokenizer{Mode: "auto", Source: "engine", Reason: "loading the tokenizer"}); c.Status != metav1.ConditionFalse ||
+		c.Reason != ReasonEnginesTokenize || !strings.Contains(c.Message, "loading the tokenizer") {
+		t.Fatalf("loading: %+v", c)
+	}
+	local := &routerapi.Tokenizer{Mode: "auto", Source: "local", Origin: "hub:org/model@main", Verified: true, LocalRequests: 10}
+	c := apply(local)
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonTokenizesInProcess || !strings.Contains(c.Message, "hub:org/model@main") ||
+		!strings.Contains(c.Message, "checked against") {
+		t.Fatalf("in process: %+v", c)
+	}
+	local.LocalRequests, local.Verifications = 5000, 50
+	if again := apply(local); again.Message != c.Message {
+		t.Errorf("the message follows the counters: %q then %q", c.Message, again.Message)
+	}
+	now := time.Now()
+	c = apply(&routerapi.Tokenizer{Mode: "auto", Source: "engine", Origin: "/models/llama", Reason: "mismatch", Mismatches: 1, LastMismatch: &now})
+	if c.Status != metav1.ConditionTrue || c.Reason != ReasonDisagreesWithEngines || !strings.Contains(c.Message, "/models/llama") {
+		t.Fatalf("mismatch: %+v", c)
+	}
+	if again := apply(&routerapi.Tokenizer{Mode: "auto", Source: "engine", Origin: "/models/llama", Reason: "mismatch", Mismatches: 3, LastMismatch: &now}); again.Message != c.Message {
+		t.Errorf("the message follows the mismatch count: %q then %q", c.Message, again.Message)
+	}
+}
+
 func TestEngineConfigMismatch(t *testing.T) {
 	st := &v1alpha1.KVRouterStatus{}
 	d := doc(2, 0.5, 0)

@@ -162,16 +162,46 @@ type limitConn struct {
 	ready    bool   // the first command (the handshake's READY) has passed
 	err      error
 	tripped  *tripWire
+	// go-zeromq reads each frame's header and body with separate unbuffered reads, a system
+	// call each (six or more per event batch, and a router takes one batch per engine step):
+	// small reads are served from a read-ahead buffer instead. ahead[pos:] is scanned and not
+	// yet handed on; aheadErr came with it and is returned once it is.
+	ahead    []byte
+	pos      int
+	aheadErr error
 }
 
+// readAhead is the read-ahead buffer's size: an engine step's batch is a few KB at most.
+const readAhead = 16 << 10
+
 func (c *limitConn) Read(p []byte) (int, error) {
+	if c.pos < len(c.ahead) {
+		n := copy(p, c.ahead[c.pos:])
+		c.pos += n
+		return n, nil
+	}
+	if err := c.aheadErr; err != nil {
+		c.aheadErr = nil
+		return 0, err
+	}
 	if c.err != nil {
 		return 0, c.err
 	}
-	n, err := c.Conn.Read(p)
-	if ferr := c.scan(p[:n]); ferr != nil {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	buf := p
+	if len(p) < readAhead {
+		if c.ahead == nil {
+			c.ahead = make([]byte, readAhead)
+		}
+		buf = c.ahead[:readAhead]
+	}
+	n, err := c.Conn.Read(buf)
+	if ferr := c.scan(buf[:n]); ferr != nil {
 		// Nothing of this read reaches the library: it would allocate the declared size.
 		c.err = ferr
+		c.ahead, c.pos = nil, 0
 		if c.tripped != nil {
 			c.tripped.set(ferr)
 		}
@@ -181,7 +211,15 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	if err != nil && !c.ready {
 		_ = c.Conn.Close() // a failed handshake: go-zeromq would leave the connection open
 	}
-	return n, err
+	if len(p) >= readAhead {
+		return n, err
+	}
+	c.ahead, c.pos = buf[:n], copy(p, buf[:n])
+	if c.pos < n {
+		c.aheadErr = err
+		return c.pos, nil
+	}
+	return c.pos, err
 }
 
 func (c *limitConn) scan(b []byte) error {

@@ -134,7 +134,7 @@ func (c *charge) finished() {
 	if !c.started {
 		s.outliers.success(c.h) // an empty answer is an answer
 	}
-	s.metrics.requests.WithLabelValues(c.rt.name, strconv.Itoa(c.status)).Inc()
+	s.metrics.answered(c.rt.name, c.status).Inc()
 	if gap, ok := c.itl.mean(); ok {
 		streams := float64(c.itl.streams+s.endpointStreams(c.rt.name)) / 2
 		s.policyMu.Lock()

@@ -27,6 +27,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -207,7 +208,9 @@ func (x *exchange) attempt(c *charge, deadline time.Duration) result {
 	}
 	defer resp.Body.Close()
 
-	buf := make([]byte, 16<<10)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	c.respond(resp.StatusCode)
 	var flusher http.Flusher
 	for {
@@ -235,6 +238,13 @@ func (x *exchange) attempt(c *charge, deadline time.Duration) result {
 			if !c.started {
 				x.writeHeader(rt, resp)
 			}
+			if flusher == nil {
+				// The whole answer goes out now, in one write, rather than after the
+				// accounting below and the deferred releases.
+				if f, ok := x.w.(http.Flusher); ok {
+					f.Flush()
+				}
+			}
 			c.finished()
 			return answered
 		}
@@ -259,18 +269,37 @@ func (x *exchange) attempt(c *charge, deadline time.Duration) result {
 	}
 }
 
-// writeHeader sends the engine's status and headers to the client, and returns the writer's
-// flusher (nil if it has none) after flushing them.
+// relayBufs holds the relay's read buffers: one per request in flight rather than one per request.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// writeHeader sends the engine's status and headers to the client and, for an answer that
+// streams (SSE, or no Content-Length), returns the writer's flusher (nil if it has none) after
+// flushing them. A whole answer is not flushed piecemeal: the server writes its headers and
+// body together when the handler returns (one write system call instead of three: headers,
+// body, chunk end), as httputil.ReverseProxy does; the client cannot use part of it anyway.
 func (x *exchange) writeHeader(rt *route, resp *http.Response) http.Flusher {
 	h := x.w.Header()
 	copyHeaders(h, resp.Header)
 	h.Set(EndpointHeader, rt.name)
 	x.w.WriteHeader(resp.StatusCode)
+	if !streams(resp) {
+		return nil
+	}
 	flusher, _ := x.w.(http.Flusher)
 	if flusher != nil {
 		flusher.Flush()
 	}
 	return flusher
+}
+
+// streams reports whether an answer is relayed as it arrives: an event stream, or a body of
+// unknown length (which may be one under another name), as httputil.ReverseProxy decides.
+func streams(resp *http.Response) bool {
+	if resp.ContentLength == -1 {
+		return true
+	}
+	ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
 }
 
 // failedAfterWrite answers a request whose engine failed after the request was written and

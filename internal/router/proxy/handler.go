@@ -199,14 +199,19 @@ func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *infere
 		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out}
 }
 
-// tokens asks an engine for the request's exact token ids. A failure (or no engine to ask) is
-// counted and reported as a degradation; the request is then routed by load alone.
+// tokens finds the request's exact token ids: in process when the router's own tokenizer is in
+// use and can handle the request (localtokens.go), else from an engine's /tokenize. A failure (or
+// no engine to ask) is counted and reported as a degradation; the request is then routed by load
+// alone.
 func (s *Server) tokens(ctx context.Context, t *table, kind apiKind, req *inference) ([]uint32, bool) {
 	if kind == kindCompletion {
 		// A prompt that is already token ids needs no tokenizer.
 		if ids, ok := promptIDs(req.Prompt); ok {
 			return ids, true
 		}
+	}
+	if toks, ok := s.localTokenize(kind, req); ok {
+		return toks, true
 	}
 	engine, base, skipped := s.tokenizeEngine(t)
 	if base == "" {
@@ -373,7 +378,7 @@ func (s *Server) countDecision(d policy.Decision) {
 	s.counters.decMu.Lock()
 	s.counters.decisions[string(d.Reason)]++
 	s.counters.decMu.Unlock()
-	s.metrics.decisions.WithLabelValues(string(d.Reason), string(d.Shape)).Inc()
+	s.metrics.decided(string(d.Reason), string(d.Shape)).Inc()
 }
 
 // promptIDs reads a completion prompt given as token ids ([1,2,3] or [[1,2,3], ...]: the first).

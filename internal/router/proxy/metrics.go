@@ -17,6 +17,9 @@ limitations under the License.
 package proxy
 
 import (
+	"strconv"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,6 +36,48 @@ type metrics struct {
 	watchdogFired    *prometheus.CounterVec
 	ejections        *prometheus.CounterVec
 	tokenizeTimeouts *prometheus.CounterVec
+	// children caches the per-request counters' children by their labels: WithLabelValues
+	// hashes the labels and takes the vector's lock on every call, and these are on every
+	// request. (A map under a read lock rather than a sync.Map, whose keys would be boxed.)
+	childMu  sync.RWMutex
+	children map[childKey]prometheus.Counter
+}
+
+type childKey struct {
+	vec  *prometheus.CounterVec
+	a, b string
+}
+
+// child is vec's child for labels a and b.
+func (m *metrics) child(vec *prometheus.CounterVec, a, b string) prometheus.Counter {
+	k := childKey{vec, a, b}
+	m.childMu.RLock()
+	c, ok := m.children[k]
+	m.childMu.RUnlock()
+	if ok {
+		return c
+	}
+	c = vec.WithLabelValues(a, b)
+	m.childMu.Lock()
+	if m.children == nil {
+		m.children = map[childKey]prometheus.Counter{}
+	}
+	m.children[k] = c
+	m.childMu.Unlock()
+	return c
+}
+
+// answered is the requests counter of an answer from endpoint with status.
+func (m *metrics) answered(endpoint string, status int) prometheus.Counter {
+	if status != 200 {
+		return m.requests.WithLabelValues(endpoint, strconv.Itoa(status))
+	}
+	return m.child(m.requests, endpoint, "200")
+}
+
+// decided is the decisions counter of reason and shape.
+func (m *metrics) decided(reason, shape string) prometheus.Counter {
+	return m.child(m.decisions, reason, shape)
 }
 
 func newMetrics(s *Server, reg prometheus.Registerer) *metrics {

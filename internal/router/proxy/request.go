@@ -24,7 +24,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // inference holds the fields of an OpenAI request the router reads; the body itself is passed
@@ -185,7 +187,7 @@ func parseInference(fields map[string][]byte) (inference, error) {
 		{"continue_final_message", &req.ContinueFinalMessage}, {"chat_template", &req.ChatTemplate},
 	} {
 		if v := raw(f.key); v != nil {
-			if err := json.Unmarshal(v, f.dst); err != nil {
+			if err := decodeSmall(v, f.dst); err != nil {
 				return req, badRequest(f.key, fmt.Sprintf("invalid %s: %v", f.key, err))
 			}
 		}
@@ -216,4 +218,81 @@ func injectReportMode(body []byte) ([]byte, error) {
 	}
 	m["vllm_xargs"] = raw
 	return json.Marshal(m)
+}
+
+// decodeSmall decodes a small field's value into dst as encoding/json would. The values every
+// request carries (a plain model name, a boolean, an integer) are read directly: through
+// encoding/json's reflection they cost more than the rest of the parse of a short prompt.
+// Anything else (escapes, other types, errors) goes to encoding/json.
+func decodeSmall(v []byte, dst any) error {
+	switch d := dst.(type) {
+	case *string:
+		if s, ok := plainString(v); ok {
+			*d = s
+			return nil
+		}
+	case **string:
+		if s, ok := plainString(v); ok {
+			*d = &s
+			return nil
+		}
+	case *bool:
+		if b, ok := plainBool(v); ok {
+			*d = b
+			return nil
+		}
+	case **bool:
+		if b, ok := plainBool(v); ok {
+			*d = &b
+			return nil
+		}
+	case **int:
+		if n, ok := plainInt(v); ok {
+			*d = &n
+			return nil
+		}
+	}
+	return json.Unmarshal(v, dst)
+}
+
+// plainString is a JSON string without escapes or control characters, in valid UTF-8 (which
+// encoding/json would otherwise replace), unquoted.
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	in := v[1 : len(v)-1]
+	for _, c := range in {
+		if c < 0x20 || c == '\\' || c == '"' {
+			return "", false
+		}
+	}
+	if !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
+func plainBool(v []byte) (bool, bool) {
+	switch string(v) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}
+
+// plainInt is a JSON integer (no fraction or exponent) that fits an int.
+func plainInt(v []byte) (int, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	for i, c := range v {
+		if (c < '0' || c > '9') && !(i == 0 && c == '-' && len(v) > 1) {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(string(v))
+	return n, err == nil
 }

@@ -130,6 +130,12 @@ type Config struct {
 	// is forwarded and waits in the engines' queues.
 	Admission        admission.Config
 	DisableAdmission bool
+	// Tokenizer is TokenizerAuto (default), TokenizerLocal or TokenizerEngine: whether requests
+	// are tokenized in process once SetLocalTokenizer hands the router a tokenizer
+	// (localtokens.go). TokenizerVerifyFraction of the requests tokenized in process are also
+	// tokenized on an engine, off the request path, and compared. Default 0.01; negative: none.
+	Tokenizer               string
+	TokenizerVerifyFraction float64
 }
 
 func (c Config) withDefaults() Config {
@@ -191,6 +197,12 @@ func (c Config) withDefaults() Config {
 	if c.OutlierProbeTimeout <= 0 {
 		c.OutlierProbeTimeout = time.Second
 	}
+	if c.Tokenizer == "" {
+		c.Tokenizer = TokenizerAuto
+	}
+	if c.TokenizerVerifyFraction == 0 {
+		c.TokenizerVerifyFraction = 0.01
+	}
 	return c
 }
 
@@ -222,6 +234,7 @@ type Server struct {
 	streams StreamStatus // may be nil
 	tracker *loadsignal.Tracker
 	tok     *tokenize.Client
+	local   *localTokens // the in-process tokenizer, when one is loaded (localtokens.go)
 	client  *http.Client
 
 	policyMu sync.Mutex
@@ -297,6 +310,7 @@ func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker
 	// Tokenize calls are short; they get their own pool so a slow stream never starves them.
 	s.tok = tokenize.New(&http.Client{Transport: transport.Clone()}, cfg.TokenizeTimeout, cfg.TokenizeCache)
 	s.tok.OnCall(s.tokenizeCalled)
+	s.local = newLocalTokens(cfg, reg)
 	s.models = newModelCache(s)
 	s.tbl.Store(&table{bySrc: map[kvindex.SourceID]int{}, byName: map[string]int{}})
 	s.metrics = newMetrics(s, reg)

@@ -243,6 +243,7 @@ func (s *Server) Status() routerapi.Status {
 			Message: "requests are routed by load alone while /tokenize fails: " + s.tokLastErr, Since: since})
 	}
 	s.degMu.Unlock()
+	s.tokenizerStatus(&st)
 	if len(eventsBad) > 0 {
 		st.Degradations = append(st.Degradations, routerapi.Degradation{Type: "EventsDegraded",
 			Message: fmt.Sprintf("KV events not current from %d endpoint(s), e.g. %s", len(eventsBad), eventsBad[0])})

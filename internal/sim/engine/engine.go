@@ -51,6 +51,9 @@ type Config struct {
 	HashSeed *string
 	// EmitEvents records KV events in each StepResult.
 	EmitEvents bool
+	// OutputVocab, when not empty, are the ids the simulated model samples its output from (a
+	// real tokenizer's: see tokenizer.NewGeneratorOver); empty: the synthetic tokenizer's words.
+	OutputVocab []uint32
 }
 
 func (c *Config) defaults() error {
@@ -213,7 +216,7 @@ func (e *Engine) Submit(r *Request) error {
 	r.Arrival = e.now
 	r.Output = nil
 	r.scheduled = false
-	r.gen = tokenizer.NewGenerator(r.Seed)
+	r.gen = tokenizer.NewGeneratorOver(r.Seed, e.cfg.OutputVocab)
 	e.byID[r.ID] = r
 	e.scheds[&r.s] = r
 	return nil

@@ -30,7 +30,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvrouter/kvrouter/internal/apikey"
-	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
 )
 
 // maxBody bounds request bodies; real prompts fit easily.
@@ -177,22 +176,14 @@ func (m chatMessage) text() (string, error) {
 	return b.String(), nil
 }
 
-func (s *Server) chatTokens(msgs []chatMessage, addGen, cont, special bool) ([]uint32, error) {
-	if len(msgs) == 0 {
+func (s *Server) chatTokens(c chatArgs) ([]uint32, error) {
+	if len(c.msgs.list) == 0 {
 		return nil, badRequest("messages must not be empty")
 	}
-	if addGen && cont {
+	if c.addGen && c.cont {
 		return nil, badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 	}
-	tm := make([]tokenizer.Message, len(msgs))
-	for i, m := range msgs {
-		txt, err := m.text()
-		if err != nil {
-			return nil, err
-		}
-		tm[i] = tokenizer.Message{Role: m.Role, Content: txt}
-	}
-	return s.tok.ApplyChatTemplate(tm, tokenizer.ChatOptions{AddGenerationPrompt: addGen, ContinueFinalMessage: cont, AddSpecialTokens: special}), nil
+	return s.tok.chat(c)
 }
 
 func boolOr(p *bool, def bool) bool {
@@ -212,13 +203,21 @@ func (s *Server) slowTokenizer() {
 }
 
 type tokenizeRequest struct {
-	Model               string        `json:"model"`
-	Prompt              *string       `json:"prompt"`
-	Messages            []chatMessage `json:"messages"`
-	AddSpecialTokens    *bool         `json:"add_special_tokens"`
-	AddGenerationPrompt *bool         `json:"add_generation_prompt"`
-	ContinueFinal       bool          `json:"continue_final_message"`
-	ReturnTokenStrs     bool          `json:"return_token_strs"`
+	Model               string       `json:"model"`
+	Prompt              *string      `json:"prompt"`
+	Messages            chatMessages `json:"messages"`
+	AddSpecialTokens    *bool        `json:"add_special_tokens"`
+	AddGenerationPrompt *bool        `json:"add_generation_prompt"`
+	ContinueFinal       bool         `json:"continue_final_message"`
+	ReturnTokenStrs     bool         `json:"return_token_strs"`
+	chatTemplateFields
+}
+
+// chatTemplateFields are the request fields only a real chat template reads.
+type chatTemplateFields struct {
+	Tools              json.RawMessage `json:"tools"`
+	ChatTemplate       *string         `json:"chat_template"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
@@ -238,15 +237,16 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	var toks []uint32
 	switch {
-	case req.Messages != nil:
+	case req.Messages.given():
 		var err error
-		toks, err = s.chatTokens(req.Messages, boolOr(req.AddGenerationPrompt, true), req.ContinueFinal, boolOr(req.AddSpecialTokens, false))
+		toks, err = s.chatTokens(chatArgs{msgs: req.Messages, tools: req.Tools, kwargs: req.ChatTemplateKwargs, template: req.ChatTemplate,
+			addGen: boolOr(req.AddGenerationPrompt, true), cont: req.ContinueFinal, special: boolOr(req.AddSpecialTokens, false)})
 		if err != nil {
 			writeError(w, err)
 			return
 		}
 	case req.Prompt != nil:
-		toks = s.tok.Encode(*req.Prompt, boolOr(req.AddSpecialTokens, true))
+		toks = s.tok.encode(*req.Prompt, boolOr(req.AddSpecialTokens, true))
 	default:
 		writeError(w, badRequest("either prompt or messages is required"))
 		return
@@ -255,7 +255,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	if req.ReturnTokenStrs {
 		strs := make([]string, len(toks))
 		for i, t := range toks {
-			strs[i] = s.tok.Decode([]uint32{t}, false)
+			strs[i] = s.tok.decode([]uint32{t}, false)
 		}
 		resp["token_strs"] = strs
 	}
@@ -275,7 +275,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"prompt": s.tok.Decode(req.Tokens, false)})
+	writeJSON(w, http.StatusOK, map[string]string{"prompt": s.tok.decode(req.Tokens, false)})
 }
 
 func (s *Server) handleReset(w http.ResponseWriter, _ *http.Request) {

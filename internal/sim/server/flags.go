@@ -51,6 +51,9 @@ type Settings struct {
 	LegacyReplay    bool
 	LoRAModules     map[string]string
 	APIKeys         []string
+	// TokenizerDir is vLLM's --tokenizer: a directory holding the model's tokenizer.json (and
+	// tokenizer_config.json); empty: the synthetic tokenizer.
+	TokenizerDir string
 	// Engines is how many engines the process hosts; engine i listens on Port+i and offsets its
 	// event ports by DataParallelRank + i*PortStride.
 	Engines          int
@@ -177,6 +180,9 @@ var flagTable = []flagDef{
 	{name: "api-key", kind: listKind, arg: "K...",
 		help: "keys required as Authorization: Bearer K on every route but /health,\n/ping, /load, /version and /metrics (default: $VLLM_API_KEY)",
 		set:  func(s *Settings, v value) error { s.APIKeys = v.list; return nil }},
+	{name: "tokenizer", kind: stringKind, arg: "DIR",
+		help: "directory of a tokenizer.json (+ tokenizer_config.json) to tokenize and\ntemplate with, as vLLM does (default: the synthetic tokenizer)",
+		set:  func(s *Settings, v value) error { s.TokenizerDir = v.str; return nil }},
 	{name: "help", kind: boolKind},
 
 	// Simulator flags.

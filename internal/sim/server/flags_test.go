@@ -190,6 +190,7 @@ func TestEveryFlag(t *testing.T) {
 		{[]string{"--lora-modules", "a=/x", `{"name":"b","path":"/y"}`}, func(s *Settings) any { return s.LoRAModules }, map[string]string{"a": "/x", "b": "/y"}},
 		{[]string{"--data-parallel-rank", "3"}, func(s *Settings) any { return s.DataParallelRank }, 3},
 		{[]string{"--api-key", "k1", "--api-key", "k2"}, func(s *Settings) any { return s.APIKeys }, []string{"k1", "k2"}},
+		{[]string{"--tokenizer", "/models/llama"}, func(s *Settings) any { return s.TokenizerDir }, "/models/llama"},
 		{[]string{"--sim-profile", "h200-llama-3.1-8b-tp1"}, func(s *Settings) any { return s.Engine.Profile.Name }, "h200-llama-3.1-8b-tp1"},
 		{[]string{"--time-scale", "100"}, func(s *Settings) any { return s.TimeScale }, 100.0},
 		{[]string{"--kv-events-encoding", "array"}, func(s *Settings) any { return s.Encoding }, kvpublish.Array},

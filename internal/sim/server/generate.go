@@ -76,15 +76,17 @@ func (r *completionRequest) chat() bool { return false }
 
 type chatRequest struct {
 	commonParams
-	Messages            []chatMessage   `json:"messages"`
+	Messages            chatMessages    `json:"messages"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	ContinueFinal       bool            `json:"continue_final_message"`
 	AddSpecialTokens    *bool           `json:"add_special_tokens"`
+	chatTemplateFields
 }
 
 func (r *chatRequest) promptTokens(s *Server) ([]uint32, error) {
-	return s.chatTokens(r.Messages, boolOr(r.AddGenerationPrompt, true), r.ContinueFinal, boolOr(r.AddSpecialTokens, false))
+	return s.chatTokens(chatArgs{msgs: r.Messages, tools: r.Tools, kwargs: r.ChatTemplateKwargs, template: r.ChatTemplate,
+		addGen: boolOr(r.AddGenerationPrompt, true), cont: r.ContinueFinal, special: boolOr(r.AddSpecialTokens, false)})
 }
 
 // maxTokens prefers max_completion_tokens, OpenAI's replacement for the deprecated max_tokens.
@@ -105,7 +107,7 @@ func (s *Server) encodePrompt(raw json.RawMessage) ([]uint32, error) {
 	}
 	var str string
 	if json.Unmarshal(raw, &str) == nil {
-		return s.tok.Encode(str, true), nil
+		return s.tok.encode(str, true), nil
 	}
 	var ids []uint32
 	if json.Unmarshal(raw, &ids) == nil {
@@ -116,7 +118,7 @@ func (s *Server) encodePrompt(raw json.RawMessage) ([]uint32, error) {
 	}
 	var strs []string
 	if json.Unmarshal(raw, &strs) == nil && len(strs) == 1 {
-		return s.tok.Encode(strs[0], true), nil
+		return s.tok.encode(strs[0], true), nil
 	}
 	var idss [][]uint32
 	if json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0 {
@@ -284,7 +286,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 			if !d.last {
 				continue
 			}
-			text := s.tok.Decode(out, true)
+			text := s.tok.decode(out, true)
 			var choice map[string]any
 			if j.chat {
 				choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text, "tool_calls": []any{}},
@@ -355,7 +357,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, f *fligh
 				return
 			}
 			n++
-			text := s.tok.Decode([]uint32{d.token}, true)
+			text := s.tok.decode([]uint32{d.token}, true)
 			var finish any
 			if d.last {
 				finish = j.reason

@@ -33,6 +33,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/sim/kvevent"
 	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
 	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
+	hftok "github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Options configure a Server.
@@ -53,8 +54,11 @@ type Options struct {
 	// KVEventSources is what GET /kv_event_sources reports.
 	KVEventSources []KVEventSource
 	Tokenizer      *tokenizer.Tokenizer
-	Faults         Faults
-	Logger         *slog.Logger
+	// RealTokenizer, when set, replaces Tokenizer: a model's tokenizer.json and chat template
+	// (--tokenizer). The engine's OutputVocab should then come from it (outputVocab).
+	RealTokenizer *hftok.Tokenizer
+	Faults        Faults
+	Logger        *slog.Logger
 	// APIKeys, when any, are required as "Authorization: Bearer <key>" on every route but
 	// /health, /ping, /load, /version and /metrics (vLLM's --api-key, VLLM_API_KEY).
 	APIKeys []string
@@ -94,7 +98,7 @@ type Faults struct {
 type Server struct {
 	opt  Options
 	log  *slog.Logger
-	tok  *tokenizer.Tokenizer
+	tok  textTokenizer
 	met  *metrics
 	wake chan struct{}
 
@@ -151,13 +155,16 @@ func New(eng *engine.Engine, opt Options) *Server {
 	s := &Server{
 		opt:      opt,
 		log:      opt.Logger,
-		tok:      opt.Tokenizer,
+		tok:      synthetic{opt.Tokenizer},
 		met:      newMetrics(opt.ServedModelNames[0], eng.Config(), opt.HashAlgo, opt.PrefixCaching),
 		wake:     make(chan struct{}, 1),
 		eng:      eng,
 		inflight: make(map[*engine.Request]*flight),
 		faults:   opt.Faults,
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
+	}
+	if opt.RealTokenizer != nil {
+		s.tok = hfTokenizer{opt.RealTokenizer}
 	}
 	if opt.Publisher != nil && opt.Faults.EventDelay > 0 {
 		opt.Publisher.SetDelay(opt.Faults.EventDelay)

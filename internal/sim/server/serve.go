@@ -31,6 +31,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/kvpublish"
 	"github.com/kvrouter/kvrouter/internal/sim/tokenizer"
+	hftok "github.com/kvrouter/kvrouter/internal/tokenizer"
 )
 
 // Serve runs the engines s describes, each with its HTTP API and KV event publisher, until ctx
@@ -62,6 +63,15 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 	errc := make(chan error, s.Engines)
 	cfg := s.Engine
 	cfg.EmitEvents = s.KVEvents.Enabled()
+	var real *hftok.Tokenizer
+	if s.TokenizerDir != "" {
+		t, err := LoadTokenizer(s.TokenizerDir)
+		if err != nil {
+			return err
+		}
+		real, cfg.OutputVocab = t, outputVocab(t)
+		log.Info("tokenizing with a real tokenizer", "dir", s.TokenizerDir, "vocab_size", t.VocabSize(), "output_vocab", len(cfg.OutputVocab))
+	}
 	for i := 0; i < s.Engines; i++ {
 		eng, err := engine.New(cfg)
 		if err != nil {
@@ -69,7 +79,7 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 		}
 		opt := Options{
 			ServedModelNames: s.ServedModelNames, ModelPath: s.Model, LoRAModules: s.LoRAModules, TimeScale: s.TimeScale,
-			PrefixCaching: s.PrefixCaching, HashAlgo: s.Engine.HashAlgo, Tokenizer: tok, Faults: s.Faults,
+			PrefixCaching: s.PrefixCaching, HashAlgo: s.Engine.HashAlgo, Tokenizer: tok, RealTokenizer: real, Faults: s.Faults,
 			Logger: log.With("engine", i), APIKeys: s.APIKeys, SimAPI: s.SimAPI, ResetPrefixCache: s.DevMode,
 		}
 		if s.KVEvents.Enabled() {

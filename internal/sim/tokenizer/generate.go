@@ -22,10 +22,20 @@ package tokenizer
 // the next turn of a conversation therefore hits the cached blocks, as with a real model.
 type Generator struct {
 	state uint64
+	vocab []uint32
 }
 
 // NewGenerator starts a stream; the same seed always yields the same tokens.
 func NewGenerator(seed uint64) *Generator { return &Generator{state: seed ^ 0x9e3779b97f4a7c15} }
+
+// NewGeneratorOver is NewGenerator drawing its ids from vocab instead (a real tokenizer's ids of
+// ordinary text, so that every id it yields is valid and decodes to text); empty vocab: the
+// synthetic words. Next returns no text then: the caller's tokenizer decodes the ids.
+func NewGeneratorOver(seed uint64, vocab []uint32) *Generator {
+	g := NewGenerator(seed)
+	g.vocab = vocab
+	return g
+}
 
 // Next returns the next token id and its text.
 func (g *Generator) Next() (uint32, string) {
@@ -34,9 +44,16 @@ func (g *Generator) Next() (uint32, string) {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	z ^= z >> 31
+	if len(g.vocab) > 0 {
+		return g.vocab[z%uint64(len(g.vocab))], ""
+	}
 	w := " " + words[z%uint64(len(words))]
 	return PieceID(w), w
 }
+
+// Words are the words the synthetic model says, for a real tokenizer to make its output
+// vocabulary of.
+func Words() []string { return append([]string(nil), words...) }
 
 var words = []string{
 	"the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by",
