@@ -24,22 +24,20 @@ import (
 	"sync"
 )
 
-// byteChars is GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest are
+// charBytes inverts GPT-2's bytes_to_unicode: printable bytes stand for themselves, the rest are
 // shifted to U+0100 and up so every byte is a visible character in vocab files.
-var byteChars, charBytes = func() ([256]rune, map[rune]byte) {
-	var b2c [256]rune
+var charBytes = func() map[rune]byte {
 	c2b := make(map[rune]byte, 256)
 	n := 0
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			b2c[b] = rune(b)
+			c2b[rune(b)] = byte(b)
 		} else {
-			b2c[b] = rune(256 + n)
+			c2b[rune(256+n)] = byte(b)
 			n++
 		}
-		c2b[b2c[b]] = byte(b)
 	}
-	return b2c, c2b
+	return c2b
 }()
 
 func charToByte(r rune) (byte, bool) {
