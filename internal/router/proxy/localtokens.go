@@ -310,7 +310,7 @@ func (s *Server) localTokenize(kind apiKind, req *inference) ([]uint32, bool) {
 		return nil, false
 	}
 	if req.lora != "" || req.ChatTemplate != nil || bytes.Contains(req.ChatTemplateKwargs, []byte(`"chat_template"`)) ||
-		bytes.Contains(req.Messages, []byte(`"reasoning`)) {
+		bytes.Contains(req.Messages, []byte(`"reasoning_content"`)) || bytes.Contains(req.Messages, []byte(`"reasoning"`)) {
 		// A LoRA adapter may bring a tokenizer of its own (vLLM loads it when it does), and a
 		// client's own chat template would run in the router: a template can loop or recurse
 		// without bound, and caching each one compiled would grow without bound too. vLLM

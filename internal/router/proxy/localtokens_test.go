@@ -291,8 +291,8 @@ func TestLocalTokenizerWithoutChatTemplate(t *testing.T) {
 }
 
 // A request carrying a chat template of its own (which would run in the router, unbounded) is
-// tokenized on an engine, as is one whose chat_template_kwargs name a template; the model's own
-// template stays in process.
+// tokenized on an engine, as is one whose chat_template_kwargs name a template, and a chat with
+// assistant reasoning; the model's own template stays in process.
 func TestLocalTokenizerLeavesRequestTemplatesToEngines(t *testing.T) {
 	e0 := newFakeEngine(t, "e0")
 	h := newHarness(t, Config{Tokenizer: TokenizerLocal, TokenizerVerifyFraction: -1}, &fakeIndex{}, e0)
@@ -303,6 +303,7 @@ func TestLocalTokenizerLeavesRequestTemplatesToEngines(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"{{ range(10000000000) | length }}"}`,
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"chat_template":"{{ 1 }}"}}`,
+		`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"ok","reasoning_content":"r"},{"role":"user","content":"and?"}]}`,
 	} {
 		if resp, out := h.post(t, "/v1/chat/completions", body, nil); resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, out)
@@ -310,7 +311,7 @@ func TestLocalTokenizerLeavesRequestTemplatesToEngines(t *testing.T) {
 	}
 	h.post(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}}`, nil)
 	ts := tokenizerOf(t, h)
-	if got := e0.tokenizes.Load() - calls; got != 2 || ts.LocalRequests != 1 {
-		t.Fatalf("engine /tokenize calls %d, local %d: want the two request templates on the engine, the kwargs-only request local", got, ts.LocalRequests)
+	if got := e0.tokenizes.Load() - calls; got != 3 || ts.LocalRequests != 1 {
+		t.Fatalf("engine /tokenize calls %d, local %d: want the two request templates and the reasoning on the engine, the kwargs-only request local", got, ts.LocalRequests)
 	}
 }
