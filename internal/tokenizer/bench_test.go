@@ -25,6 +25,8 @@ import (
 	"testing"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/kvrouter/kvrouter/test/cputime"
 )
 
 // The benchmarks tokenize about 100K tokens of English prose (this repository's docs), Go code
@@ -127,7 +129,7 @@ func BenchmarkEncode(b *testing.B) {
 					b.SetBytes(int64(len(text)))
 					b.ReportAllocs()
 					b.ResetTimer()
-					cpu0 := cpuTime()
+					cpu0 := cputime.Process()
 					for i := 0; i < b.N; i++ {
 						if cache == "cold" {
 							b.StopTimer()
@@ -136,7 +138,7 @@ func BenchmarkEncode(b *testing.B) {
 						}
 						dst = tok.AppendEncode(dst[:0], text, false)
 					}
-					cpu := cpuTime() - cpu0
+					cpu := cputime.Process() - cpu0
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/token")
 					if cpu > 0 {
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/token")

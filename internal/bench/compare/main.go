@@ -33,8 +33,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kvrouter/kvrouter/test/cputime"
 )
 
 type options struct {
@@ -153,18 +154,6 @@ func heapAlloc() uint64 {
 	return ms.HeapAlloc
 }
 
-// cpuTime is the process's user + system time. With GOMAXPROCS=1 it is the work done, the
-// garbage collector's included, whatever else the machine runs: on a shared machine a call that
-// takes seconds is descheduled many times where a 50 µs call rarely is, so wall-clock ratios
-// between the two would measure the neighbours.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		panic(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // useWall switches every time figure from process CPU time to wall-clock time (-wall).
 var useWall bool
 
@@ -173,11 +162,11 @@ type stopwatch struct {
 	cpu  time.Duration
 }
 
-func startWatch() stopwatch { return stopwatch{time.Now(), cpuTime()} }
+func startWatch() stopwatch { return stopwatch{time.Now(), cputime.Process()} }
 
 // elapsed returns seconds on the chosen clock, and the other one.
 func (w stopwatch) elapsed() (chosen, other float64) {
-	wall, cpu := time.Since(w.wall).Seconds(), (cpuTime() - w.cpu).Seconds()
+	wall, cpu := time.Since(w.wall).Seconds(), (cputime.Process() - w.cpu).Seconds()
 	if useWall {
 		return wall, cpu
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvevents/kveventstest"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/test/cputime"
 )
 
 // BenchmarkDecodeApply measures the ingestion hot path, msgpack decode + index apply, in an
@@ -75,14 +76,14 @@ func BenchmarkDecodeApply(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	blocks := 0
 	for i := 0; i < b.N; i++ {
 		st := run(payloads[i%nBatches])
 		blocks += st.BlocksStored + st.BlocksRemoved
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	if want := b.N * 2 * perBatch; blocks != want {
 		b.Fatalf("applied %d blocks, want %d", blocks, want)
 	}
@@ -135,7 +136,7 @@ func BenchmarkLookup100K(b *testing.B) {
 				var dst []kvindex.EndpointMatch
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime()
+				cpu0 := cputime.Process()
 				for i := 0; i < b.N; i++ {
 					t0 := time.Now()
 					if reuse {
@@ -146,7 +147,7 @@ func BenchmarkLookup100K(b *testing.B) {
 					durs = append(durs, time.Since(t0))
 				}
 				b.StopTimer()
-				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+				b.ReportMetric(float64((cputime.Process()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 				slices.Sort(durs)
 				b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "p50-ms")
 				b.ReportMetric(float64(durs[len(durs)*99/100].Microseconds())/1000, "p99-ms")
@@ -434,7 +435,7 @@ func BenchmarkApply100(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	blocks := 0
 	for i := 0; i < b.N; i++ {
 		e := i % nEnd
@@ -442,7 +443,7 @@ func BenchmarkApply100(b *testing.B) {
 		blocks += st.BlocksStored + st.BlocksRemoved
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	if want := b.N * 2 * perBatch; blocks != want {
 		b.Fatalf("applied %d blocks, want %d", blocks, want)
 	}

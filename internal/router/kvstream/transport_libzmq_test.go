@@ -21,7 +21,6 @@ package kvstream
 import (
 	"context"
 	"encoding/binary"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvevents/kveventstest"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
+	"github.com/kvrouter/kvrouter/test/cputime"
 )
 
 // BenchmarkTransport compares the pure-Go and libzmq SUB sockets receiving from a libzmq PUB
@@ -110,7 +110,7 @@ func benchTransport(b *testing.B, tr Transport, apply bool) {
 	src := kvindex.SourceID{Endpoint: "e"}
 	var d kvevents.Decoder
 	var batch kvevents.Batch
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	go func() {
 		var s [8]byte
@@ -147,15 +147,7 @@ func benchTransport(b *testing.B, tr Transport, apply bool) {
 	b.StopTimer()
 	// CPU time is steadier than throughput on a shared machine; it includes the libzmq
 	// publisher's send (the same in both variants) and libzmq's I/O threads.
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	b.ReportMetric(float64((cputime.Process()-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -16,8 +16,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package tokenizer
+package cputime
 
 import "time"
 
-func cpuTime() time.Duration { return 0 }
+// Process is 0: this platform has no getrusage.
+func Process() time.Duration { return 0 }
