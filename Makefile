@@ -47,16 +47,21 @@ generate: ## Regenerate deepcopy code.
 manifests: ## Regenerate the CRD and RBAC manifests from the Go types and kubebuilder markers.
 	$(CONTROLLER_GEN) rbac:roleName=kvrouter-manager crd:generateEmbeddedObjectMeta=false webhook paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/alertrules
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md from the API types.
 	$(GO) run ./hack/apidocs > docs/api.md
 
+.PHONY: helm
+helm: ## Regenerate the Helm chart charts/kvrouter from config/ (VERSION=x.y.z sets its version).
+	$(GO) run ./hack/helmchart -version "$(VERSION)"
+
 .PHONY: verify
-verify: generate manifests docs bundle ## Fail if generated files are stale (changed, added or removed).
-	git diff --exit-code -- api config docs/api.md bundle bundle.Dockerfile
-	@if [[ -n "$$(git status --porcelain -- api config docs/api.md bundle bundle.Dockerfile)" ]]; then \
-		git status --short -- api config docs/api.md bundle bundle.Dockerfile; echo "generated files are not committed"; exit 1; fi
+verify: generate manifests docs bundle helm ## Fail if generated files are stale (changed, added or removed).
+	git diff --exit-code -- api config docs/api.md bundle bundle.Dockerfile charts
+	@if [[ -n "$$(git status --porcelain -- api config docs/api.md bundle bundle.Dockerfile charts)" ]]; then \
+		git status --short -- api config docs/api.md bundle bundle.Dockerfile charts; echo "generated files are not committed"; exit 1; fi
 
 ##@ Test
 
@@ -64,13 +69,34 @@ verify: generate manifests docs bundle ## Fail if generated files are stale (cha
 envtest: ## Build kube-apiserver and etcd for envtest from the Go module proxy (cached in bin/k8s).
 	K8S_VERSION=$(K8S_VERSION) hack/build-envtest.sh $(ENVTEST_ASSETS)
 
+# A KUBEBUILDER_ASSETS already in the environment (a directory with your own kube-apiserver and
+# etcd) is used as is and nothing is built; without one, make envtest builds them into bin/k8s.
+ifdef KUBEBUILDER_ASSETS
+TEST_ASSETS := $(KUBEBUILDER_ASSETS)
+TEST_ASSETS_DEP := envtest-given
+else
+TEST_ASSETS := $(ENVTEST_ASSETS)
+TEST_ASSETS_DEP := envtest
+endif
+
+.PHONY: envtest-given
+envtest-given: ## Check that the KUBEBUILDER_ASSETS from the environment holds kube-apiserver and etcd.
+	@for b in kube-apiserver etcd; do test -x "$(TEST_ASSETS)/$$b" || { echo "KUBEBUILDER_ASSETS=$(TEST_ASSETS) has no executable $$b (unset KUBEBUILDER_ASSETS to build them: make envtest)" >&2; exit 1; }; done
+
 .PHONY: test
-test: envtest ## Run unit and envtest suites.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./...
+test: $(TEST_ASSETS_DEP) ## Run unit and envtest suites (KUBEBUILDER_ASSETS from the environment, else bin/k8s).
+	KUBEBUILDER_ASSETS=$(TEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no control plane (envtest suites are named TestEnvtest*).
 	$(GO) test $(GOTEST_FLAGS) -skip '^TestEnvtest' ./...
+
+PROMTOOL := $(GO) tool -modfile=hack/promtool/go.mod promtool
+
+.PHONY: test-alerts
+test-alerts: ## Check the shipped alerting rules and run their unit tests (test/alerts) with promtool (pinned in hack/promtool/go.mod).
+	$(PROMTOOL) check rules config/prometheus/rules/kvrouter.rules.yaml
+	$(PROMTOOL) test rules test/alerts/*.yaml
 
 .PHONY: lint
 lint: ## go vet and staticcheck (pinned in hack/lint/go.mod; checks chosen in staticcheck.conf).
@@ -78,8 +104,8 @@ lint: ## go vet and staticcheck (pinned in hack/lint/go.mod; checks chosen in st
 	$(GO) tool -modfile=hack/lint/go.mod staticcheck ./...
 
 .PHONY: test-operator
-test-operator: envtest ## Run the operator's tests: the envtest suite (real kube-apiserver + Gateway API, KEDA, LWS CRDs) and the manager.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/operator/controller/... ./cmd/manager/...
+test-operator: $(TEST_ASSETS_DEP) ## Run the operator's tests: the envtest suite (real kube-apiserver + Gateway API, KEDA, LWS CRDs) and the manager.
+	KUBEBUILDER_ASSETS=$(TEST_ASSETS) $(GO) test $(GOTEST_FLAGS) ./internal/operator/controller/... ./cmd/manager/...
 
 SOAK ?= 10m
 CHURN ?= 60s
@@ -124,23 +150,27 @@ bundle: ## Regenerate bundle/ and bundle.Dockerfile from config/ (VERSION=x.y.z,
 
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image BUNDLE_IMG with docker (CONTAINER_TOOL=podman for podman); then push it.
-	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+	$(CONTAINER_TOOL) build --build-arg REVISION=$(shell git rev-parse HEAD 2>/dev/null || echo unknown) -f bundle.Dockerfile -t $(BUNDLE_IMG) .
 
 .PHONY: image-check
 image-check: ## Build the binaries with the Dockerfile's build line and check they are static (test/images; no container engine needed).
 	KVROUTER_STATIC_BUILD=1 $(GO) test -count=1 ./test/images
 
+# The OCI labels' build arguments: the release, the commit, and the commit's time (not the clock's).
+OCI_ARGS = --build-arg VERSION=$(or $(VERSION),dev) --build-arg REVISION=$(shell git rev-parse HEAD 2>/dev/null || echo unknown) \
+	--build-arg CREATED=$(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+
 .PHONY: docker-build
 docker-build: ## Build the three images (Dockerfile stages manager, router, vllm-sim) for this machine's platform.
-	$(CONTAINER_TOOL) build --target manager -t $(call image-of,manager,$(IMG)) .
-	$(CONTAINER_TOOL) build --target router -t $(call image-of,router,$(ROUTER_IMG)) .
-	$(CONTAINER_TOOL) build --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
+	$(CONTAINER_TOOL) build $(OCI_ARGS) --target manager -t $(call image-of,manager,$(IMG)) .
+	$(CONTAINER_TOOL) build $(OCI_ARGS) --target router -t $(call image-of,router,$(ROUTER_IMG)) .
+	$(CONTAINER_TOOL) build $(OCI_ARGS) --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
 
 .PHONY: docker-buildx
 docker-buildx: ## Build and push the three images for PLATFORMS (default linux/amd64,linux/arm64) with docker buildx.
-	docker buildx build --push --platform $(PLATFORMS) --target manager -t $(call image-of,manager,$(IMG)) .
-	docker buildx build --push --platform $(PLATFORMS) --target router -t $(call image-of,router,$(ROUTER_IMG)) .
-	docker buildx build --push --platform $(PLATFORMS) --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
+	docker buildx build $(OCI_ARGS) --push --platform $(PLATFORMS) --target manager -t $(call image-of,manager,$(IMG)) .
+	docker buildx build $(OCI_ARGS) --push --platform $(PLATFORMS) --target router -t $(call image-of,router,$(ROUTER_IMG)) .
+	docker buildx build $(OCI_ARGS) --push --platform $(PLATFORMS) --target vllm-sim -t $(call image-of,vllm-sim,$(SIMULATOR_IMG)) .
 
 ##@ Deploy
 

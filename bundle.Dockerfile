@@ -12,6 +12,16 @@ LABEL operators.operatorframework.io.bundle.package.v1=kvrouter-operator
 LABEL operators.operatorframework.io.test.config.v1=tests/scorecard/
 LABEL operators.operatorframework.io.test.mediatype.v1=scorecard+v1
 
+# OCI labels: the release's (config/manifests/releases.yaml), and the commit built from.
+ARG REVISION=unknown
+LABEL org.opencontainers.image.created="2026-12-01T00:00:00Z"
+LABEL org.opencontainers.image.description="OLM bundle of the kvrouter operator: Serves a model on a fleet of vLLM replicas behind a KV-cache-aware router."
+LABEL org.opencontainers.image.licenses="Apache-2.0"
+LABEL org.opencontainers.image.source="https://github.com/kvrouter/kvrouter"
+LABEL org.opencontainers.image.title="kvrouter-operator.v0.1.0 bundle"
+LABEL org.opencontainers.image.version="0.1.0"
+LABEL org.opencontainers.image.revision=$REVISION
+
 COPY bundle/manifests /manifests/
 COPY bundle/metadata /metadata/
 COPY bundle/tests/scorecard /tests/scorecard/

@@ -29,6 +29,7 @@ import (
 // KVRouterSpec describes the model, its engines, the router in front of them, and how traffic and
 // scaling reach them. Defaults live in the schema so that `kubectl get -o yaml` shows what runs.
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.gateway.mode) || self.gateway.mode != 'InferencePool' || !has(self.router) || !has(self.router.apiKeySecret) || (has(self.gateway.failureMode) && self.gateway.failureMode == 'FailClose')",message="spec.router.apiKeySecret with spec.gateway.mode: InferencePool needs spec.gateway.failureMode: FailClose: with FailOpen the Gateway forwards requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check; set FailClose, or authenticate at the Gateway or with spec.engine.apiKeySecret instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.model.loras) || size(self.model.loras) == 0 || !has(self.engine.extraArgs) || !self.engine.extraArgs.exists(a, a.matches('^--((no[-_])?enable[-_]lora|lora[-_]modules|max[-_]loras|max[-_]lora[-_]rank)(=.*)?$'))",message="with spec.model.loras, spec.engine.extraArgs must not set --enable-lora, --lora-modules, --max-loras or --max-lora-rank: the operator sets them from spec.model.loras, maxLoras and maxLoraRank"
 // +kubebuilder:validation:XValidation:rule="!has(self.router) || !has(self.router.tokenizer) || !has(self.router.tokenizer.fromCacheVolume) || !self.router.tokenizer.fromCacheVolume || (has(self.model.cachePVC) && size(self.model.cachePVC) > 0)",message="spec.router.tokenizer.fromCacheVolume needs spec.model.cachePVC: it mounts that claim in the router pods; set cachePVC, or let the router fetch the tokenizer from the Hub"
 type KVRouterSpec struct {
 	// Model is what the engines load and the name clients use.
@@ -61,18 +62,20 @@ type KVRouterSpec struct {
 	// +optional
 	Simulate bool `json:"simulate,omitempty"`
 
-	// Monitoring asks for a Prometheus Operator ServiceMonitor (the router) and PodMonitor (the
-	// engines). Without it, nothing is rendered for Prometheus.
+	// Monitoring asks for a Prometheus Operator ServiceMonitor (the router), PodMonitor (the
+	// engines) and PrometheusRule (kvrouter's alerts on this KVRouter's series). Without it,
+	// nothing is rendered for Prometheus.
 	// +optional
 	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
 }
 
-// MonitoringSpec configures the Prometheus Operator objects that scrape the router and engines.
+// MonitoringSpec configures the Prometheus Operator objects that scrape the router and engines
+// and hold their alerts.
 type MonitoringSpec struct {
-	// Labels are added to the ServiceMonitor and PodMonitor so that a Prometheus whose
-	// serviceMonitorSelector and podMonitorSelector require them selects them (the Prometheus of
-	// kube-prometheus-stack requires `release: <its release name>` by default). OpenShift's
-	// user-workload monitoring needs none.
+	// Labels are added to the ServiceMonitor, PodMonitor and PrometheusRule so that a Prometheus
+	// whose serviceMonitorSelector, podMonitorSelector and ruleSelector require them selects them
+	// (the Prometheus of kube-prometheus-stack requires `release: <its release name>` by
+	// default). OpenShift's user-workload monitoring needs none.
 	// +kubebuilder:validation:MaxProperties=16
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
@@ -85,7 +88,8 @@ type MonitoringSpec struct {
 	Interval string `json:"interval,omitempty"`
 }
 
-// ModelSpec names the model.
+// ModelSpec names the model and its LoRA adapters.
+// +kubebuilder:validation:XValidation:rule="(!has(self.maxLoras) && !has(self.maxLoraRank)) || (has(self.loras) && size(self.loras) > 0)",message="spec.model.maxLoras and spec.model.maxLoraRank apply only with spec.model.loras: remove them, or list the adapters"
 type ModelSpec struct {
 	// Name is what vLLM loads: a Hugging Face repository id or a path inside the cache volume.
 	// +kubebuilder:validation:MinLength=1
@@ -115,6 +119,50 @@ type ModelSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
 	HFTokenSecret string `json:"hfTokenSecret,omitempty"`
+
+	// LoRAs are adapters every engine loads at start next to the base model (vLLM's
+	// --enable-lora and --lora-modules). Clients select one by sending its name as the request's
+	// "model"; the router keeps the adapters' prefix caches apart and sends each request to an
+	// engine that holds its prefix under that adapter. At most 16: with
+	// spec.gateway.modelMatch Header, each name is matched on each public path of the HTTPRoute,
+	// and Gateway API allows 64 matches in a rule.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, b.name == a.name))",message="spec.model.loras: every name must be unique: clients select an adapter by its name"
+	// +listType=atomic
+	// +optional
+	LoRAs []LoRAAdapter `json:"loras,omitempty"`
+
+	// MaxLoRAs is the number of adapters one batch can hold (vLLM's --max-loras): each takes a
+	// GPU slot sized by maxLoraRank, so requests for more distinct adapters than slots wait for
+	// one to free. Only with loras. Unset: vLLM's default, 1.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	MaxLoRAs *int32 `json:"maxLoras,omitempty"`
+
+	// MaxLoRARank is the largest adapter rank the slots hold (vLLM's --max-lora-rank); an
+	// adapter of a higher rank fails to load. Only with loras. Unset: vLLM's default, 16.
+	// +kubebuilder:validation:Enum=1;8;16;32;64;128;256;320;512
+	// +optional
+	MaxLoRARank *int32 `json:"maxLoraRank,omitempty"`
+}
+
+// LoRAAdapter is one LoRA adapter of the base model.
+type LoRAAdapter struct {
+	// Name is the model name clients send to use the adapter. It must differ from the served
+	// name of the base model.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._/:-]*$`
+	Name string `json:"name"`
+
+	// Source is what vLLM loads: a Hugging Face repository id (fetched like the base model,
+	// with spec.model.hfTokenSecret) or an absolute path in spec.model.cachePVC, which the
+	// engines mount at /models.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^=\s]+$`
+	Source string `json:"source"`
 }
 
 // EngineSpec configures the vLLM engine replicas.
@@ -124,9 +172,12 @@ type ModelSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.nodesPerReplica) || self.nodesPerReplica == 1 || !has(self.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.perNode) || self.tensorParallelSize == self.gpu.perNode",message="spec.engine.nodesPerReplica > 1 needs spec.engine.tensorParallelSize equal to spec.engine.gpu.perNode: each node of a multi-node replica must be filled by tensor parallelism (pipeline parallelism spans the nodes)"
 // +kubebuilder:validation:XValidation:rule="!has(self.apiKeySecret) || ((!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')) && (!has(self.extraArgs) || !self.extraArgs.exists(a, a.matches('^--api[-_]key(=.*)?$'))))",message="with spec.engine.apiKeySecret, spec.engine.env must not set VLLM_API_KEY and spec.engine.extraArgs must not set --api-key: the engines would check a key the router does not send"
 type EngineSpec struct {
-	// Image is the vLLM image. It must publish KV events (vLLM v0.9 or newer).
-	// +kubebuilder:default="vllm/vllm-openai:v0.26.0"
-	// +kubebuilder:validation:MinLength=1
+	// Image is the vLLM image. It must publish KV events (vLLM v0.9 or newer). Empty: the
+	// operator's engine image (its --engine-image flag, set from RELATED_IMAGE_ENGINE by
+	// config/manager and the OLM bundle), so that a disconnected install that mirrors and pins
+	// the operator's images by digest pins the engines' too, and upgrading the operator upgrades
+	// the engines of KVRouters that name no image. KVRouters created before v0.1.0 stored the
+	// then schema default here and keep it until the field is removed.
 	// +optional
 	Image string `json:"image,omitempty"`
 
@@ -376,6 +427,25 @@ const (
 	GatewayModeInferencePool GatewayMode = "InferencePool"
 )
 
+// ModelMatch says how the HTTPRoute of a KVRouter tells its requests from those of other models
+// served on the same Gateway hostname.
+// +kubebuilder:validation:Enum=None;Header;Path
+type ModelMatch string
+
+const (
+	// ModelMatchNone matches the public paths alone: one model per hostname.
+	ModelMatchNone ModelMatch = "None"
+	// ModelMatchHeader matches the public paths with the model header (ModelHeader) equal to the
+	// served name or an adapter name; a body-based router in front sets it from the body.
+	ModelMatchHeader ModelMatch = "Header"
+	// ModelMatchPath matches the public paths under /<metadata.name> and strips that prefix.
+	ModelMatchPath ModelMatch = "Path"
+)
+
+// ModelHeader is the request header the Gateway API Inference Extension's body-based router
+// sets from the "model" field of an OpenAI request's JSON body.
+const ModelHeader = "X-Gateway-Model-Name"
+
 // EndpointPickerFailureMode is what the Gateway does when it cannot reach the endpoint picker.
 // +kubebuilder:validation:Enum=FailOpen;FailClose
 type EndpointPickerFailureMode string
@@ -425,6 +495,23 @@ type GatewaySpec struct {
 	// replicated and a routing outage should degrade serving, not stop it.
 	// +optional
 	FailureMode EndpointPickerFailureMode `json:"failureMode,omitempty"`
+
+	// ModelMatch lets several KVRouters (several models) share a Gateway hostname: without it
+	// their HTTPRoutes match the same paths and the Gateway sends each path to one of them.
+	// None (the default): the paths alone, one model per hostname, as before this field
+	// existed. Header: each path only with the header X-Gateway-Model-Name equal to
+	// spec.model.servedName or one of spec.model.loras; the Inference Extension's body-based
+	// router (BBR), deployed as the Gateway's ext_proc filter, sets that header from the
+	// request body's "model", so clients change nothing. GET /v1/models has no body: clients
+	// send the header themselves to list a model. Path: the paths under /<metadata.name>
+	// (/<name>/v1/chat/completions), which the Gateway strips before forwarding; clients
+	// change their base URL, and no BBR is needed (the Gateway must support HTTPRoute's
+	// URLRewrite filter). None stays the default because Header needs BBR, which the operator
+	// cannot see: a Gateway without it would answer 404 to every request of a route that
+	// worked before.
+	// +kubebuilder:default=None
+	// +optional
+	ModelMatch ModelMatch `json:"modelMatch,omitempty"`
 }
 
 // AutoscalingSpec hands the engine replica count to KEDA.
@@ -611,6 +698,7 @@ type ReplicaStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // metadata.name must be a DNS-1035 label of at most 56 characters: it names the router Service
 // ("<name>-router").
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.model.loras) || !self.spec.model.loras.exists(a, a.name == (has(self.spec.model.servedName) && size(self.spec.model.servedName) > 0 ? self.spec.model.servedName : self.metadata.name))",message="spec.model.loras: an adapter name must differ from the served model name (spec.model.servedName, else metadata.name): clients would not be able to reach the base model"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 56 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter and ending with a letter or digit) of at most 56 characters: it names the KVRouter's Services"
 type KVRouter struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -121,8 +121,7 @@ func gateway(ctx context.Context, args []string, log *slog.Logger, listening fun
 	return nil
 }
 
-// checkLoopbackListen refuses a listen address other than loopback, as `kvbench live` refuses
-// targets: the gateway forwards to the fleet whoever reaches it, with no keys or TLS of its own,
+// checkLoopbackListen refuses a listen address other than loopback: the gateway forwards to the fleet whoever reaches it, with no keys or TLS of its own,
 // so it is for this machine only. An empty host would listen on every interface.
 func checkLoopbackListen(addr string) error {
 	host, _, err := net.SplitHostPort(addr)

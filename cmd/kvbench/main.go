@@ -67,7 +67,9 @@ func main() {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kvbench simulate [--workload FILE[,FILE...]] [FILE...] [--policies a,b] [--rates r1,r2] [--out DIR] [--traces DIR] [--seed N]
-  kvbench live --target URL --workload FILE [--policy-label NAME] [--rate R] [--requests N] [--duration D] [--out DIR]
+  kvbench live --target URL --workload FILE [--label NAME] [--endpoint completions|chat] [--api-key KEY]
+               [--rate R] [--requests N] [--duration D] [--goodput ttft:MS,tpot:MS] [--progress auto|bar|lines|none] [--out DIR]
+                                                         (any OpenAI-compatible server: router, vLLM, ...)
   kvbench gateway [--epp HOST:PORT] [--listen ADDR] [--body-mode full-duplex|buffered] [--chunk-bytes N]
                                                          (HTTP gateway on loopback in front of a router in --mode epp)
   kvbench overhead [--rates 100,200,300] [--rounds 5] [--duration 10s] [--prompt ids|text] [--stream] [--routers name=path,...]

@@ -235,7 +235,7 @@ func runManager(ctx context.Context, c *managerConfig, stderr io.Writer) int {
 		log.Error(err, "adding the readiness check")
 		return 1
 	}
-	log.Info("starting the manager", "routerImage", c.images.router, "simulatorImage", c.images.simulator, "leaderElection", c.leaderElect, "watchNamespaces", c.watchNamespaces)
+	log.Info("starting the manager", "routerImage", c.images.router, "simulatorImage", c.images.simulator, "engineImage", c.images.engine, "leaderElection", c.leaderElect, "watchNamespaces", c.watchNamespaces)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "running the manager")
 		return 1
@@ -269,14 +269,15 @@ func metricsOptions(c *managerConfig) metricsserver.Options {
 // routerRenderOptions are the render options of the flags, platform aside (set at start).
 func (c *managerConfig) routerRenderOptions() render.Options {
 	o := c.renderOptions
-	o.RouterImage, o.SimulatorImage = c.images.router, c.images.simulator
+	o.RouterImage, o.SimulatorImage, o.EngineImage = c.images.router, c.images.simulator, c.images.engine
 	return o
 }
 
-// imageFlags are the images of the pods the operator renders besides vLLM's: --router-image and
-// --simulator-image, shared by the manager and `manager render`.
+// imageFlags are the images of the pods the operator renders: --router-image, --simulator-image
+// and --engine-image (vLLM's, for KVRouters whose spec.engine.image is empty), shared by the
+// manager and `manager render`.
 type imageFlags struct {
-	router, simulator string
+	router, simulator, engine string
 	// both is --kvrouter-image (alias --image): one image holding both binaries, the single
 	// image earlier manifests used. It fills whichever of the two was not given itself.
 	both string
@@ -292,6 +293,8 @@ func bindImageFlags(fs *flag.FlagSet) *imageFlags {
 		"image of the router pods (/router); default $RELATED_IMAGE_ROUTER, else "+render.DefaultRouterImage)
 	fs.StringVar(&f.simulator, "simulator-image", firstSet(os.Getenv("RELATED_IMAGE_SIMULATOR"), legacy, render.DefaultSimulatorImage),
 		"image of the vllm-sim pods (/vllm-sim) of KVRouters with spec.simulate; default $RELATED_IMAGE_SIMULATOR, else "+render.DefaultSimulatorImage)
+	fs.StringVar(&f.engine, "engine-image", firstSet(os.Getenv("RELATED_IMAGE_ENGINE"), render.DefaultEngineImage),
+		"vLLM image of the engines of KVRouters that set no spec.engine.image; default $RELATED_IMAGE_ENGINE, else "+render.DefaultEngineImage)
 	const alias = "one image holding /router and /vllm-sim: sets --router-image and --simulator-image where those are not given"
 	fs.StringVar(&f.both, "kvrouter-image", "", alias)
 	fs.StringVar(&f.both, "image", "", "alias of --kvrouter-image")

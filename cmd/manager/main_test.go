@@ -31,7 +31,7 @@ import (
 
 // clearImageEnv unsets every variable an image flag defaults from.
 func clearImageEnv(t *testing.T) {
-	for _, v := range []string{"RELATED_IMAGE_ROUTER", "RELATED_IMAGE_SIMULATOR", "KVROUTER_IMAGE", "WATCH_NAMESPACE", "POD_NAMESPACE"} {
+	for _, v := range []string{"RELATED_IMAGE_ROUTER", "RELATED_IMAGE_SIMULATOR", "RELATED_IMAGE_ENGINE", "KVROUTER_IMAGE", "WATCH_NAMESPACE", "POD_NAMESPACE"} {
 		t.Setenv(v, "")
 	}
 }
@@ -53,7 +53,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		(o.OperatorNamespace != render.DefaultOperatorNamespace && o.OperatorNamespace != ownNamespace()) {
 		t.Errorf("render options %+v", o)
 	}
-	if c.images.router != render.DefaultRouterImage || c.images.simulator != render.DefaultSimulatorImage {
+	if c.images.router != render.DefaultRouterImage || c.images.simulator != render.DefaultSimulatorImage || c.images.engine != render.DefaultEngineImage {
 		t.Errorf("images = %+v, want the release images", *c.images)
 	}
 	if c.watchNamespaces != nil {
@@ -71,6 +71,7 @@ func TestParseFlags(t *testing.T) {
 	clearImageEnv(t)
 	t.Setenv("RELATED_IMAGE_ROUTER", "registry.example.com/router:env")
 	t.Setenv("RELATED_IMAGE_SIMULATOR", "registry.example.com/vllm-sim:env")
+	t.Setenv("RELATED_IMAGE_ENGINE", "registry.example.com/vllm@sha256:0123")
 	t.Setenv("WATCH_NAMESPACE", "not-used-when-the-flag-is-given")
 	c, err := parseFlags([]string{
 		"--leader-elect", "--metrics-bind-address=0", "--watch-namespaces", "a, b,,c",
@@ -84,6 +85,9 @@ func TestParseFlags(t *testing.T) {
 	}
 	if c.images.router != "registry.example.com/router:env" || c.images.simulator != "registry.example.com/vllm-sim:env" {
 		t.Errorf("images = %+v, want $RELATED_IMAGE_ROUTER and $RELATED_IMAGE_SIMULATOR", *c.images)
+	}
+	if c.images.engine != "registry.example.com/vllm@sha256:0123" || c.routerRenderOptions().EngineImage != c.images.engine {
+		t.Errorf("engine image %q, render options %q, want $RELATED_IMAGE_ENGINE", c.images.engine, c.routerRenderOptions().EngineImage)
 	}
 	if !slices.Equal(c.watchNamespaces, []string{"a", "b", "c"}) {
 		t.Errorf("namespaces = %q", c.watchNamespaces)

@@ -61,7 +61,7 @@ func runRender(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	opts := render.Options{RouterImage: images.router, SimulatorImage: images.simulator}
+	opts := render.Options{RouterImage: images.router, SimulatorImage: images.simulator, EngineImage: images.engine}
 	if err := platform.validate(false); err != nil {
 		fmt.Fprintf(stderr, "manager render: %v\n", err)
 		return 2

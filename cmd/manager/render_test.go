@@ -69,6 +69,8 @@ func TestRenderSamples(t *testing.T) {
 		"kvrouter_multinode.yaml":        {want: append(base, "LeaderWorkerSet", "ScaledObject"), absent: []string{"HTTPRoute"}, namespace: "inference"},
 		"kvrouter_minimal.yaml":          {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "default"},
 		"kvrouter_inferencepool.yaml":    {want: append(base, "InferencePool", "HTTPRoute"), absent: []string{"ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
+		"kvrouter_lora.yaml":             {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
+		"kvrouter_multimodel.yaml":       {want: append(base, "HTTPRoute"), absent: []string{"InferencePool", "ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
 	}
 	samples, err := filepath.Glob("../../config/samples/*.yaml")
 	if err != nil {

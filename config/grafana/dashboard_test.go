@@ -19,30 +19,15 @@ limitations under the License.
 package grafana
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kvrouter/kvrouter/internal/operator/render"
-	"github.com/kvrouter/kvrouter/internal/router/kvindex"
-	"github.com/kvrouter/kvrouter/internal/router/kvstream"
-	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
-	"github.com/kvrouter/kvrouter/internal/router/proxy"
-	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
-	"github.com/kvrouter/kvrouter/internal/sim/engine"
-	"github.com/kvrouter/kvrouter/internal/sim/server"
-	"github.com/kvrouter/kvrouter/internal/sim/timing"
+	"github.com/kvrouter/kvrouter/test/exported"
 )
 
 const dashboardFile = "kvrouter-dashboard.json"
@@ -143,78 +128,10 @@ func metricNames(expr string) ([]string, []string) {
 	return names, problems
 }
 
-// routerMetrics are the metric names the router registers: its collectors built as cmd/router
-// builds them, described through the registry they register with.
-func routerMetrics(t *testing.T) map[string]bool {
-	index := kvindex.New(kvindex.Config{})
-	streams := kvstream.NewManager(index, kvstream.Config{Logger: logr.Discard()})
-	reg := &recordingRegistry{Registry: prometheus.NewRegistry()}
-	reg.MustRegister(index, streams)
-	proxy.New(proxy.Config{}, logr.Discard(), index, streams, loadsignal.NewTracker(), reg)
-
-	names := map[string]bool{}
-	descs := make(chan *prometheus.Desc, 1024)
-	for _, c := range reg.collectors {
-		c.Describe(descs)
-	}
-	close(descs)
-	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range descs {
-		m := fqName.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("cannot read the name of %s", d)
-		}
-		names[m[1]] = true
-	}
-	if len(names) < 20 {
-		t.Fatalf("the router describes only %d metrics: %v", len(names), names)
-	}
-	return names
-}
-
-// recordingRegistry remembers every collector registered with it.
-type recordingRegistry struct {
-	*prometheus.Registry
-	collectors []prometheus.Collector
-}
-
-func (r *recordingRegistry) Register(c prometheus.Collector) error {
-	r.collectors = append(r.collectors, c)
-	return r.Registry.Register(c)
-}
-
-func (r *recordingRegistry) MustRegister(cs ...prometheus.Collector) {
-	r.collectors = append(r.collectors, cs...)
-	r.Registry.MustRegister(cs...)
-}
-
-// engineMetrics are the metric families vllm-sim's /metrics serves (vLLM's names), scraped from
-// a started simulator on loopback.
+// engineMetrics are the names of the metric families vllm-sim serves.
 func engineMetrics(t *testing.T) map[string]bool {
-	seed := "0"
-	eng, err := engine.New(engine.Config{Profile: timing.ForModel("llama-8b", 1), HashAlgo: blockhash.SHA256CBOR, HashSeed: &seed, MaxModelLen: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(eng, server.Options{ServedModelNames: []string{"m"}, TimeScale: 1000, PrefixCaching: true, HashAlgo: blockhash.SHA256CBOR})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	hs := httptest.NewServer(srv.Handler())
-	defer func() { hs.Close(); cancel(); <-done }()
-
-	resp, err := http.Get(hs.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for name := range fams {
+	for name := range exported.EngineMetrics(t) {
 		names[name] = true
 	}
 	return names
@@ -224,7 +141,7 @@ func engineMetrics(t *testing.T) map[string]bool {
 // and requires the router or the (simulated) engines to export it, so that a renamed metric
 // cannot leave an empty panel behind.
 func TestDashboardQueriesUseExistingMetrics(t *testing.T) {
-	known := routerMetrics(t)
+	known := exported.RouterMetrics(t)
 	for name := range engineMetrics(t) {
 		known[name] = true
 	}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/blang/semver/v4"
@@ -47,9 +48,6 @@ type pkgConfig struct {
 	Channels          []string `json:"channels"`
 	DefaultChannel    string   `json:"defaultChannel"`
 	OpenShiftVersions string   `json:"openshiftVersions"`
-	// CRDDefaultImages maps a relatedImages name to a CRD field ("spec.engine.image") whose
-	// schema default is an image the operands run.
-	CRDDefaultImages map[string]string `json:"crdDefaultImages"`
 }
 
 // files is the generator's output: contents by path relative to the repository root.
@@ -86,6 +84,10 @@ func generate(configDir, csvVersion string) (files, error) {
 		}
 		csv.Spec.Version = version.OperatorVersion{Version: v}
 	}
+	up, err := readReleases(manifestsDir, pkg.Package, csv.Spec.Version.Version)
+	if err != nil {
+		return nil, err
+	}
 	icon, err := os.ReadFile(filepath.Join(manifestsDir, "icon.svg"))
 	if err != nil {
 		return nil, err
@@ -121,7 +123,7 @@ func generate(configDir, csvVersion string) (files, error) {
 	if csv.Spec.CustomResourceDefinitions.Owned, err = ownedCRDs(csv.Spec.CustomResourceDefinitions.Owned, inst.crds, resources); err != nil {
 		return nil, fmt.Errorf("%s: %w", basePath, err)
 	}
-	if csv.Spec.RelatedImages, err = relatedImages(inst.strategy.DeploymentSpecs, inst.crds, pkg.CRDDefaultImages); err != nil {
+	if csv.Spec.RelatedImages, err = relatedImages(inst.strategy.DeploymentSpecs); err != nil {
 		return nil, err
 	}
 	if csv.Annotations == nil {
@@ -129,6 +131,11 @@ func generate(configDir, csvVersion string) (files, error) {
 	}
 	csv.Annotations["alm-examples"] = examples
 	csv.Annotations["containerImage"] = inst.strategy.DeploymentSpecs[0].Spec.Template.Spec.Containers[0].Image
+	csv.Annotations["createdAt"] = up.createdAt
+	csv.Spec.Replaces = up.replaces
+	if up.skipRange != "" {
+		csv.Annotations["olm.skipRange"] = up.skipRange
+	}
 	if csv.Annotations[disconnectedFA] == "true" {
 		for _, ri := range csv.Spec.RelatedImages {
 			if !strings.Contains(ri.Image, "@sha256:") {
@@ -167,7 +174,7 @@ func generate(configDir, csvVersion string) (files, error) {
 		return nil, err
 	}
 	out[filepath.Join(bundleDir, "tests", "scorecard", "config.yaml")] = b
-	out[bundleDocker] = bundleDockerfile(annotations)
+	out[bundleDocker] = bundleDockerfile(annotations, imageLabels(csv, up))
 	return out, nil
 }
 
@@ -366,9 +373,10 @@ func storageVersion(crd *apiextensionsv1.CustomResourceDefinition) (*apiextensio
 }
 
 // relatedImages lists every image the operator runs or deploys by default: each container's
-// image (named after the container), each RELATED_IMAGE_<NAME> variable (named <name>), and the
-// schema defaults named in package.yaml. Sorted by name.
-func relatedImages(deployments []operatorsv1alpha1.StrategyDeploymentSpec, crds []*apiextensionsv1.CustomResourceDefinition, fromCRD map[string]string) ([]operatorsv1alpha1.RelatedImage, error) {
+// image (named after the container) and each RELATED_IMAGE_<NAME> variable (named <name>), vLLM's
+// included (RELATED_IMAGE_ENGINE: the CRD has no image default, the manager holds it). Sorted by
+// name.
+func relatedImages(deployments []operatorsv1alpha1.StrategyDeploymentSpec) ([]operatorsv1alpha1.RelatedImage, error) {
 	images := map[string]string{}
 	add := func(name, image, from string) error {
 		if image == "" {
@@ -394,50 +402,11 @@ func relatedImages(deployments []operatorsv1alpha1.StrategyDeploymentSpec, crds 
 			}
 		}
 	}
-	for _, name := range sortedKeys(fromCRD) {
-		path := fromCRD[name]
-		image, err := schemaDefault(crds, path)
-		if err != nil {
-			return nil, fmt.Errorf("package.yaml crdDefaultImages %s: %w", name, err)
-		}
-		if err := add(name, image, "the CRD default of "+path); err != nil {
-			return nil, err
-		}
-	}
 	out := make([]operatorsv1alpha1.RelatedImage, 0, len(images))
 	for _, n := range sortedKeys(images) {
 		out = append(out, operatorsv1alpha1.RelatedImage{Name: n, Image: images[n]})
 	}
 	return out, nil
-}
-
-// schemaDefault is the string default of the field at path ("spec.engine.image") in the storage
-// version of the bundle's CRDs.
-func schemaDefault(crds []*apiextensionsv1.CustomResourceDefinition, path string) (string, error) {
-	for _, crd := range crds {
-		v, err := storageVersion(crd)
-		if err != nil {
-			return "", err
-		}
-		node := v.Schema.OpenAPIV3Schema
-		for _, part := range strings.Split(path, ".") {
-			p, ok := node.Properties[part]
-			if !ok {
-				node = nil
-				break
-			}
-			node = &p
-		}
-		if node == nil {
-			continue
-		}
-		var s string
-		if node.Default == nil || json.Unmarshal(node.Default.Raw, &s) != nil || s == "" {
-			return "", fmt.Errorf("%s in CRD %s has no string default", path, crd.Name)
-		}
-		return s, nil
-	}
-	return "", fmt.Errorf("no CRD has the field %s", path)
 }
 
 func bundleAnnotations(pkg pkgConfig) map[string]string {
@@ -457,13 +426,33 @@ func bundleAnnotations(pkg pkgConfig) map[string]string {
 	return a
 }
 
-// bundleDockerfile builds the bundle image: the bundle's files, and its annotations as labels.
-func bundleDockerfile(annotations map[string]string) []byte {
+// imageLabels are the bundle image's OCI labels that the generator knows: all but the
+// revision, which is the commit the image is built from (bundle.Dockerfile's REVISION build
+// argument, passed by `make bundle-build`).
+func imageLabels(csv operatorsv1alpha1.ClusterServiceVersion, up upgrade) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       csv.Name + " bundle",
+		"org.opencontainers.image.description": "OLM bundle of the kvrouter operator: " + csv.Annotations["description"],
+		"org.opencontainers.image.source":      csv.Annotations["repository"],
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.version":     csv.Spec.Version.String(),
+		"org.opencontainers.image.created":     up.createdAt,
+	}
+}
+
+// bundleDockerfile builds the bundle image: the bundle's files, its annotations as labels, and
+// the OCI labels.
+func bundleDockerfile(annotations, oci map[string]string) []byte {
 	var b strings.Builder
 	b.WriteString("# The OLM bundle image. Generated by `make bundle` (hack/bundle) from config/manifests: do not\n# edit. Build it with `make bundle-build`.\nFROM scratch\n\n")
 	for _, k := range sortedKeys(annotations) {
 		fmt.Fprintf(&b, "LABEL %s=%s\n", k, annotations[k])
 	}
+	b.WriteString("\n# OCI labels: the release's (config/manifests/releases.yaml), and the commit built from.\nARG REVISION=unknown\n")
+	for _, k := range sortedKeys(oci) {
+		fmt.Fprintf(&b, "LABEL %s=%s\n", k, strconv.Quote(oci[k]))
+	}
+	b.WriteString("LABEL org.opencontainers.image.revision=$REVISION\n")
 	b.WriteString("\nCOPY bundle/manifests /manifests/\nCOPY bundle/metadata /metadata/\nCOPY bundle/tests/scorecard /tests/scorecard/\n")
 	return []byte(b.String())
 }

@@ -68,22 +68,24 @@ func csvOf(t *testing.T, fs files) *operatorsv1alpha1.ClusterServiceVersion {
 const csvBase = "manifests/bases/kvrouter-operator.clusterserviceversion.yaml"
 
 // The images reach the CSV from config/manager: the manager's own as containerImage, the
-// RELATED_IMAGE_* variables and the CRD's vLLM default as relatedImages, after kustomize's
-// `images` (including the digest form a release uses).
+// RELATED_IMAGE_* variables (vLLM's among them) as relatedImages, after kustomize's `images`
+// (including the digest form a release uses).
 func TestImagesFollowConfigManager(t *testing.T) {
 	cfg := copyConfig(t)
 	edit(t, filepath.Join(cfg, "manager", "kustomization.yaml"), "- name: router\n  newName: ghcr.io/kvrouter/router\n  newTag: v0.1.0\n",
 		"- name: router\n  newName: registry.example.com/router\n  digest: sha256:0123456789012345678901234567890123456789012345678901234567890123\n")
+	edit(t, filepath.Join(cfg, "manager", "kustomization.yaml"), "- name: vllm\n  newName: vllm/vllm-openai\n  newTag: v0.26.0\n",
+		"- name: vllm\n  newName: mirror.example.com/vllm/vllm-openai\n  digest: sha256:4567456745674567456745674567456745674567456745674567456745674567\n")
 	fs, err := generate(cfg, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	csv := csvOf(t, fs)
 	want := []operatorsv1alpha1.RelatedImage{
+		{Name: "engine", Image: "mirror.example.com/vllm/vllm-openai@sha256:4567456745674567456745674567456745674567456745674567456745674567"},
 		{Name: "manager", Image: "ghcr.io/kvrouter/manager:v0.1.0"},
 		{Name: "router", Image: "registry.example.com/router@sha256:0123456789012345678901234567890123456789012345678901234567890123"},
 		{Name: "simulator", Image: "ghcr.io/kvrouter/vllm-sim:v0.1.0"},
-		{Name: "vllm", Image: "vllm/vllm-openai:v0.26.0"},
 	}
 	if !slices.Equal(csv.Spec.RelatedImages, want) {
 		t.Errorf("relatedImages = %v, want %v", csv.Spec.RelatedImages, want)
@@ -104,8 +106,16 @@ func TestDisconnectedNeedsDigests(t *testing.T) {
 	}
 }
 
+// withRelease adds a release entry to the top of config/manifests/releases.yaml in cfg.
+func withRelease(t *testing.T, cfg, entry string) {
+	t.Helper()
+	edit(t, filepath.Join(cfg, "manifests", releasesFile), "releases:\n", "releases:\n"+entry)
+}
+
 func TestVersionFlag(t *testing.T) {
-	fs, err := generate(repoRoot+"/config", "v0.2.0")
+	cfg := copyConfig(t)
+	withRelease(t, cfg, "- {version: 0.2.0, createdAt: \"2027-03-04T05:06:07Z\"}\n")
+	fs, err := generate(cfg, "v0.2.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +123,60 @@ func TestVersionFlag(t *testing.T) {
 	if csv.Name != "kvrouter-operator.v0.2.0" || csv.Spec.Version.String() != "0.2.0" {
 		t.Errorf("name %s version %s", csv.Name, csv.Spec.Version.String())
 	}
-	if _, err := generate(repoRoot+"/config", "two"); err == nil {
+	if _, err := generate(cfg, "two"); err == nil {
 		t.Error("a version that is not semver was accepted")
 	}
+	// A release the file does not list has no creation date nor upgrade edge: refused.
+	if _, err := generate(cfg, "0.3.0"); err == nil || !strings.Contains(err.Error(), "lists no release 0.3.0") {
+		t.Errorf("err = %v, want the missing release named", err)
+	}
+}
+
+// createdAt and the upgrade edge come from releases.yaml: the release's date, the previous
+// release as spec.replaces (none for the first), its skipRange as olm.skipRange; the bundle
+// image's OCI labels carry the same version and date.
+func TestReleaseMetadata(t *testing.T) {
+	first := csvOf(t, mustGenerate(t, repoRoot+"/config", ""))
+	if first.Annotations["createdAt"] == "" || first.Spec.Replaces != "" || first.Annotations["olm.skipRange"] != "" {
+		t.Errorf("first release: createdAt %q replaces %q skipRange %q, want a date and no edge",
+			first.Annotations["createdAt"], first.Spec.Replaces, first.Annotations["olm.skipRange"])
+	}
+
+	cfg := copyConfig(t)
+	withRelease(t, cfg, "- {version: 0.3.0, createdAt: \"2027-06-01T00:00:00Z\", skipRange: \">=0.1.0 <0.3.0\"}\n"+
+		"- {version: 0.2.0, createdAt: \"2027-03-04T05:06:07Z\"}\n")
+	for _, tc := range []struct{ version, createdAt, replaces, skipRange string }{
+		{"0.3.0", "2027-06-01T00:00:00Z", "kvrouter-operator.v0.2.0", ">=0.1.0 <0.3.0"},
+		{"0.2.0", "2027-03-04T05:06:07Z", "kvrouter-operator.v0.1.0", ""},
+	} {
+		fs := mustGenerate(t, cfg, tc.version)
+		csv := csvOf(t, fs)
+		if csv.Annotations["createdAt"] != tc.createdAt || csv.Spec.Replaces != tc.replaces || csv.Annotations["olm.skipRange"] != tc.skipRange {
+			t.Errorf("%s: createdAt %q replaces %q skipRange %q, want %q %q %q", tc.version, csv.Annotations["createdAt"],
+				csv.Spec.Replaces, csv.Annotations["olm.skipRange"], tc.createdAt, tc.replaces, tc.skipRange)
+		}
+		docker := string(fs[bundleDocker])
+		for _, label := range []string{
+			`org.opencontainers.image.version="` + tc.version + `"`,
+			`org.opencontainers.image.created="` + tc.createdAt + `"`,
+			`org.opencontainers.image.licenses="Apache-2.0"`,
+			`org.opencontainers.image.source="https://github.com/kvrouter/kvrouter"`,
+			"org.opencontainers.image.revision=$REVISION",
+		} {
+			if !strings.Contains(docker, "LABEL "+label+"\n") {
+				t.Errorf("%s: bundle.Dockerfile lacks LABEL %s:\n%s", tc.version, label, docker)
+			}
+		}
+	}
+}
+
+func mustGenerate(t *testing.T, cfg, version string) files {
+	t.Helper()
+	fs, err := generate(cfg, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
 }
 
 // Inputs the generator cannot turn into a correct bundle are refused with what to fix.
@@ -127,7 +188,12 @@ func TestGenerateRefusesBadInput(t *testing.T) {
 		"descriptor for a field the CRD lacks":   {csvBase, "      - path: model.servedName\n", "      - path: model.servedNam\n", `"model.servedNam"`},
 		"descriptor inside a whole-object field": {csvBase, "      - path: router.policy\n", "      - path: router.resources.limits\n        displayName: Limits\n      - path: router.policy\n", "router.resources.limits"},
 		"default channel outside the channels":   {"manifests/package.yaml", "defaultChannel: candidate", "defaultChannel: stable", "defaultChannel"},
-		"related image default the CRD lacks":    {"manifests/package.yaml", "vllm: spec.engine.image", "vllm: spec.engine.imag", "spec.engine.imag"},
+		"release listed twice":                   {"manifests/" + releasesFile, "releases:\n", "releases:\n- {version: 0.1.0, createdAt: \"2026-12-01T00:00:00Z\"}\n", "newest first"},
+		"releases oldest first":                  {"manifests/" + releasesFile, "releases:\n", "releases:\n- {version: 0.0.9, createdAt: \"2026-11-01T00:00:00Z\"}\n", "newest first"},
+		"createdAt not in UTC":                   {"manifests/" + releasesFile, `"2026-12-01T00:00:00Z"`, `"2026-12-01T01:00:00+01:00"`, "createdAt"},
+		"createdAt not a time":                   {"manifests/" + releasesFile, `"2026-12-01T00:00:00Z"`, `"last Tuesday"`, "createdAt"},
+		"skipRange not a range":                  {"manifests/" + releasesFile, `createdAt: "2026-12-01T00:00:00Z"`, `createdAt: "2026-12-01T00:00:00Z"` + "\n  skipRange: soon", "skipRange"},
+		"release without a version":              {"manifests/" + releasesFile, "- version: 0.1.0\n", "- version: \"\"\n", "version"},
 		"owned CRD without display name":         {csvBase, "      displayName: KV Router\n", "", "displayName"},
 		"sample with an unknown field":           {"samples/kvrouter_minimal.yaml", "    name: Qwen/Qwen3-8B", "    name: Qwen/Qwen3-8B\n    nmae: x", "nmae"},
 		"binding of the operator and someone else": {"rbac/role_binding.yaml", "  namespace: kvrouter-system\n",

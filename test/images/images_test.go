@@ -163,7 +163,7 @@ func runtimeStageProblems(stages []stage) []string {
 				user = in.args
 			case "ENTRYPOINT":
 				entrypoint = in.args
-			case "LABEL", "ENV", "EXPOSE":
+			case "LABEL", "ENV", "EXPOSE", "ARG":
 			default:
 				out = append(out, fmt.Sprintf("stage %s runs %s %s: a runtime stage only copies the binary", bin, in.cmd, in.args))
 			}
@@ -243,12 +243,19 @@ func TestPodCommandsMatchTheImages(t *testing.T) {
 	release := map[string]string{}
 	var names []string
 	for _, im := range k.Images {
-		names = append(names, im.Name)
 		release[im.Name] = im.NewName + ":" + im.NewTag
+		if im.Name == "vllm" {
+			continue // the engines' image (RELATED_IMAGE_ENGINE), not built here
+		}
+		names = append(names, im.Name)
 	}
 	if !slices.Equal(names, binaries) {
 		t.Errorf("config/manager names images %v, want the Dockerfile's stages %v", names, binaries)
 	}
+	if release["vllm"] != render.DefaultEngineImage {
+		t.Errorf("config/manager's vllm image %s; render defaults to %s", release["vllm"], render.DefaultEngineImage)
+	}
+	delete(release, "vllm")
 	// `manager render` and local runs fall back to the same release images.
 	if release["router"] != render.DefaultRouterImage || release["vllm-sim"] != render.DefaultSimulatorImage {
 		t.Errorf("config/manager releases %v; render defaults to %s and %s", release, render.DefaultRouterImage, render.DefaultSimulatorImage)

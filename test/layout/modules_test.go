@@ -31,12 +31,15 @@ import (
 var nestedModules = map[string]string{
 	"hack/tools":             "pinned code generators (go tool -modfile)",
 	"hack/lint":              "pinned staticcheck",
+	"hack/promtool":          "pinned promtool, which checks and unit-tests the alerting rules (make test-alerts)",
 	"hack/envtest-bins/etcd": "builds etcd for envtest",
 	"hack/envtest-bins/k8s":  "builds kube-apiserver for envtest",
 	// Keeps llm-d's dependency tree out of kvrouter's go.mod. Its import path is under
 	// internal/bench, so it may import the router's packages and belongs to the bench program,
 	// which may use anything; nothing in the root module can import it.
 	"internal/bench/compare": "side-by-side benchmark against llm-d's kvblock index",
+	// Keeps Helm's dependency tree out of kvrouter's go.mod.
+	"test/helm": "renders and lints the Helm chart charts/kvrouter with the Helm SDK",
 }
 
 func TestNestedModulesAreKnown(t *testing.T) {

@@ -40,7 +40,15 @@ type kvrouter struct {
 	reasons map[string]float64
 	seq     uint64
 	now     func() float64
+	// loraAt is when the engines' adapters were last read from the scrape; lora is the
+	// scratch for FillLoRA.
+	loraAt float64
+	lora   []policy.LoRAState
 }
+
+// routerScrapeInterval is the router's default --scrape-interval: kvrouter sees the engines'
+// adapters (vllm:lora_requests_info) that often, not at the harness's faster scrape.
+const routerScrapeInterval = 1.0
 
 // Stats reports how often each decision reason and request shape came up, which is what explains
 // a kvrouter result (e.g. how often the prefix holder was judged saturated).
@@ -77,11 +85,19 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	}
 	p.loads = append(p.loads[:0], make([]policy.Load, len(eps))...)
 	p.load.Loads(p.names, p.loads, nil)
+	p.recordLoRA(eps)
+	if r.Adapter != "" {
+		p.lora = append(p.lora[:0], make([]policy.LoRAState, len(eps))...)
+		p.load.FillLoRA(p.names, r.Adapter, p.lora)
+		for i := range p.loads {
+			p.loads[i].LoRA = p.lora[i]
+		}
+	}
 	cached := map[string]policy.Cached{}
 	if p.ix != nil {
 		// The same conversion the router does (internal/router/policyinput), so simulation tests
 		// exactly what ships.
-		for _, m := range p.ix.Lookup(r.Tokens, kvindex.LookupOptions{}) {
+		for _, m := range p.ix.Lookup(r.Tokens, kvindex.LookupOptions{KeyParams: kvindex.KeyParams{LoRAName: r.Adapter}}) {
 			if c := policyinput.Cached(m, p.block); c.Total() > cached[m.Source.Endpoint].Total() {
 				cached[m.Source.Endpoint] = c
 			}
@@ -97,6 +113,7 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	tie := policyinput.TieBreak(r.Tokens, p.seq)
 	p.last = p.pol.Pick(policy.Request{
 		PromptTokens: len(r.Tokens), Tokenized: true, MaxTokens: r.MaxTokens, SessionKey: r.Session, TieBreak: tie,
+		LoRA: r.Adapter,
 	}, p.eps)
 	p.reasons["reason_"+string(p.last.Reason)+"_"+string(p.last.Shape)]++
 	for i, e := range eps {
@@ -105,6 +122,18 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 		}
 	}
 	return 0 // no decision (cannot happen with ready endpoints and no admission limit)
+}
+
+// recordLoRA hands the tracker the engines' scraped adapters, at the router's scrape interval.
+func (p *kvrouter) recordLoRA(eps []Endpoint) {
+	if len(eps) == 0 || eps[0].MaxLoRAs == 0 || (p.loraAt > 0 && p.now()-p.loraAt < routerScrapeInterval) {
+		return
+	}
+	p.loraAt = max(p.now(), 1e-9)
+	for _, e := range eps {
+		p.load.RecordLoRA(e.Name, loadsignal.LoRAInfo{Reported: e.MaxLoRAs > 0, Running: e.RunningLoRAs,
+			Waiting: e.WaitingLoRAs, MaxLoRAs: e.MaxLoRAs})
+	}
 }
 
 func (p *kvrouter) Dispatched(r *Request, ep string) {
@@ -116,11 +145,15 @@ func (p *kvrouter) Dispatched(r *Request, ep string) {
 	var keys []kvindex.Key
 	if p.ix != nil {
 		// As the router does: predicted until the request starts, then settled.
-		keys = kvindex.RequestKeys(nil, r.Tokens, p.block, kvindex.KeyParams{})
+		keys = kvindex.RequestKeys(nil, r.Tokens, p.block, kvindex.KeyParams{LoRAName: r.Adapter})
 		p.ix.PredictPendingKeys(kvindex.SourceID{Endpoint: ep}, keys)
 	}
 	out := r.MaxTokens
-	p.pending[r.ID] = &kvrDispatch{ticket: p.load.Dispatch(ep, d.UncachedTokens, len(r.Tokens)+out), work: d.PrefillWork, keys: keys}
+	work := d.PrefillWork
+	if d.AdapterCold {
+		work = -1 // as the router: an adapter's slot wait and load are not prefill speed
+	}
+	p.pending[r.ID] = &kvrDispatch{ticket: p.load.DispatchAdapter(ep, r.Adapter, d.UncachedTokens, len(r.Tokens)+out), work: work, keys: keys}
 }
 
 // settle ends a dispatched request's pending prediction (first token or end, whichever first).
@@ -135,7 +168,9 @@ func (p *kvrouter) FirstToken(r *Request, ep string, ttft float64) {
 	if d := p.pending[r.ID]; d != nil {
 		d.ticket.FirstToken()
 		p.settle(d, ep)
-		p.pol.ObserveTTFT(ep, d.work, ttft)
+		if d.work >= 0 {
+			p.pol.ObserveTTFT(ep, d.work, ttft)
+		}
 		if d.firstAt == 0 { // a preempted request's recomputed first token does not restart its stream
 			d.firstAt, d.firstStreams = p.now(), p.streams(ep)
 		}

@@ -44,6 +44,10 @@ type Endpoint struct {
 	KVUsage          float64
 	// NumBlocks is the engine's KV capacity in engine blocks (what llm-d's autoTune scrapes).
 	NumBlocks int
+	// LoRA adapters as vllm:lora_requests_info reports them (scraped): the adapters of the
+	// running and of the waiting requests, and the adapter slots (0: LoRA off).
+	RunningLoRAs, WaitingLoRAs []string
+	MaxLoRAs                   int
 }
 
 // Request is the routed request.
@@ -52,6 +56,8 @@ type Request struct {
 	Tokens    []uint32
 	MaxTokens int
 	Session   string
+	// Adapter is the LoRA adapter the request is for ("" for the base model).
+	Adapter string
 	// Output is the number of tokens generated, set by the harness before Finished.
 	Output int
 }
@@ -122,6 +128,7 @@ func AllWith(o Options) []Factory {
 		{Name: "sglang-cache-aware", Source: "§3 cache_aware, CLI defaults", New: newSGLang},
 		{Name: "llmd-default", Source: "§1.1 + §1.2 default blend 2/2/3", New: newLLMDDefault},
 		{Name: "llmd-precise", Source: "§1.3 precise prefix, shipped weights 2/1/1", NeedsEvents: true, New: newLLMDPrecise},
+		{Name: "llmd-lora", Source: "§1.5 default blend + lora-affinity 4", New: newLLMDLoRA},
 		{Name: "llmd-token-prefill", Source: "§1.4 affinity filter + token-load", New: newLLMDTokenPrefill},
 		{Name: "llmd-token-decode", Source: "§1.4 active-request scorer", New: newLLMDTokenDecode},
 		{Name: "dynamo", Source: "§2.2 linear cost, credit decay 0", NeedsEvents: true, New: func(e Env) Policy { return newDynamo(e, 0) }},

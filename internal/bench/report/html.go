@@ -56,7 +56,13 @@ th:first-child,td:first-child{text-align:left} tr.kv td{font-weight:600}
 {{.Hits}}
 <h2>Goodput per policy</h2>
 {{.Goodput}}
-<p class="note">Times in seconds. Hit rate is token-weighted: prompt tokens served from the prefix cache over all prompt tokens of completed requests.</p>
+{{if .R.Requests}}<h2>TTFT distribution (share of each run's requests with their first token within x, log scale)</h2>
+{{.CDF}}
+<h2>Per-request timeline: arrival → first token (grey) → finish (coloured by {{.TimelineBy}})</h2>
+<p class="note">{{.TimelineNote}}</p>
+{{.Timeline}}
+{{else}}<p class="note">This report holds no per-request times, so it has no TTFT distribution or request timeline (kvbench live records them).</p>
+{{end}}<p class="note">Times in {{.Unit}}. Hit rate is token-weighted: prompt tokens served from the prefix cache over all prompt tokens of completed requests.</p>
 </body></html>
 `))
 
@@ -77,8 +83,12 @@ func WriteHTML(w io.Writer, r *Report) error {
 		}
 		rows = append(rows, row{P: p, KV: strings.HasPrefix(p.Policy, "kvrouter"), Hit: 100 * p.HitRate, Share: s})
 	}
+	styles := newRunStyles(r)
+	tl := timelineSVG(r.Requests, styles, timelineRows, timeUnit(r))
 	return page.Execute(w, map[string]any{
-		"R": r, "Rows": rows,
+		"R": r, "Rows": rows, "Unit": timeUnit(r),
+		"CDF":      template.HTML(cdfSVG(r.Requests, styles, cdfPoints, timeUnit(r))),
+		"Timeline": template.HTML(tl.svg), "TimelineBy": tl.colourBy, "TimelineNote": tl.note,
 		"Curve":   template.HTML(curveSVG(r)),
 		"Hits":    template.HTML(barsSVG(r.Policies, func(p metrics.Result) float64 { return 100 * p.HitRate }, "%.1f%%", 100)),
 		"Goodput": template.HTML(barsSVG(r.Policies, func(p metrics.Result) float64 { return p.Goodput }, "%.0f tok/s", 0)),

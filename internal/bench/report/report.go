@@ -47,6 +47,9 @@ type Report struct {
 	Policies []metrics.Result `json:"policies"`
 	// Sweep holds every run of the rate sweep (Policies is its slice at Rate).
 	Sweep []metrics.Result `json:"sweep,omitempty"`
+	// Requests holds each run's per-request times (live runs), for the TTFT distribution and
+	// the timeline of report.html.
+	Requests []RunRequests `json:"requests,omitempty"`
 }
 
 // SeedNote says which seed(s) the figures come from.

@@ -152,6 +152,7 @@ func Run(cfg Config) (metrics.Result, error) {
 	s := &sim{cfg: cfg, ecfg: engine.Config{
 		Profile: prof, BlockSize: spec.Fleet.BlockSize, NumBlocks: spec.Fleet.NumBlocks, MaxModelLen: spec.Fleet.MaxModelLen,
 		HashAlgo: "sha256_cbor", HashSeed: &seed, EmitEvents: cfg.Policy.NeedsEvents || cfg.Policy.NeedsExact,
+		MaxLoRAs: spec.Fleet.MaxLoRAs, LoRALoadTime: spec.Fleet.LoRALoadSeconds,
 	}}
 	clock := func() time.Time { return time.Unix(0, 0).Add(time.Duration(s.now * float64(time.Second))) }
 	if cfg.Policy.NeedsEvents {
@@ -216,7 +217,8 @@ func Run(cfg Config) (metrics.Result, error) {
 		case evScrape:
 			for _, e := range s.engines[:s.active] {
 				st := e.eng.Stats()
-				e.scrape = peers.Endpoint{Name: e.name, Waiting: st.Waiting, Running: st.Running, KVUsage: st.KVUsage, NumBlocks: st.NumBlocks}
+				e.scrape = peers.Endpoint{Name: e.name, Waiting: st.Waiting, Running: st.Running, KVUsage: st.KVUsage, NumBlocks: st.NumBlocks,
+					RunningLoRAs: st.RunningLoRAs, WaitingLoRAs: st.WaitingLoRAs, MaxLoRAs: s.ecfg.MaxLoRAs}
 			}
 			s.push(s.now+cfg.ScrapeInterval, evScrape, 0, nil)
 		case evScaleUp:
@@ -246,6 +248,9 @@ func Run(cfg Config) (metrics.Result, error) {
 		steps += e.steps
 	}
 	res.Extra = map[string]float64{"sim_wall_s": wall, "engine_steps": float64(steps), "virtual_s": s.now}
+	if s.ecfg.MaxLoRAs > 0 {
+		s.loraExtras(res.Extra)
+	}
 	if sr, ok := s.pol.(peers.StatsReporter); ok {
 		for k, v := range sr.Stats() {
 			res.Extra[k] = v
@@ -286,7 +291,7 @@ func (s *sim) arrive(i int) {
 			eps[j].NumBlocks = e.eng.Config().NumBlocks
 		}
 	}
-	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session}
+	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session, Adapter: w.Adapter}
 	j := s.pol.Pick(&st.pr, eps)
 	if j < 0 || j >= s.active {
 		j = 0
@@ -295,7 +300,7 @@ func (s *sim) arrive(i int) {
 	st.ep = j
 	rec.Endpoint = e.name
 	s.pol.Dispatched(&st.pr, e.name)
-	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i)}
+	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i), LoRA: w.Adapter}
 	if !e.busy {
 		e.eng.AdvanceTo(s.now)
 	}
@@ -398,6 +403,44 @@ func (s *sim) finishOne(i int) {
 			s.push(s.now+s.reqs[c].w.At, evArrival, c, nil)
 			break // one follow-up per request
 		}
+	}
+}
+
+// loraExtras adds the adapter figures of a LoRA run: adapter loads into GPU slots over the
+// fleet, loads per thousand adapter requests, and how concentrated each adapter's requests were
+// (the mean over adapters of the share of its requests that its busiest engine served: 1 when
+// every adapter stayed on one engine, 1/engines when spread evenly).
+func (s *sim) loraExtras(extra map[string]float64) {
+	var loads uint64
+	for _, e := range s.engines {
+		loads += e.eng.Stats().LoRALoads
+	}
+	perEngine := map[string]map[string]int{}
+	total := 0
+	for i := range s.reqs {
+		a := s.reqs[i].w.Adapter
+		if a == "" || s.recs[i].Endpoint == "" {
+			continue
+		}
+		if perEngine[a] == nil {
+			perEngine[a] = map[string]int{}
+		}
+		perEngine[a][s.recs[i].Endpoint]++
+		total++
+	}
+	share := 0.0
+	for _, eps := range perEngine {
+		n, top := 0, 0
+		for _, c := range eps {
+			n += c
+			top = max(top, c)
+		}
+		share += float64(top) / float64(n)
+	}
+	extra["lora_loads"] = float64(loads)
+	if total > 0 {
+		extra["lora_loads_per_1k_requests"] = 1000 * float64(loads) / float64(total)
+		extra["lora_top_engine_share"] = share / float64(len(perEngine))
 	}
 }
 

@@ -41,6 +41,8 @@ type Request struct {
 	Session string
 	// Truncated is set when the prompt was cut to fit the model's context.
 	Truncated bool
+	// Adapter is the LoRA adapter the request names as its model ("" for the base model).
+	Adapter string
 }
 
 // PromptLen is the number of tokens in the request's own segments.
@@ -102,6 +104,8 @@ func Generate(s *Spec, rate float64, opt Options) ([]Request, error) {
 		g.prefixMix()
 	case KindSiblings:
 		g.siblings()
+	case KindLoRA:
+		g.lora()
 	case KindTrace:
 		err = g.trace(opt.TracesDir)
 	}
@@ -207,6 +211,36 @@ func (g *gen) prefixMix() {
 		return Request{
 			Segments:  []Segment{{SeedOf(seed, 7, p), pm.PrefixTokens}, {SeedOf(seed, 8, uint64(i)), pm.SuffixTokens}},
 			MaxTokens: pm.OutputTokens,
+		}
+	})
+}
+
+// lora draws an adapter per request (Zipf over the adapters, or the base model with BaseShare),
+// then one of that adapter's prefixes, then a unique suffix. The prefix seeds differ per adapter,
+// though prefixes of different adapters could share tokens and still not share KV blocks (the
+// adapter's name is in every block hash): distinct tokens only keep the figures readable.
+func (g *gen) lora() {
+	l, seed := g.s.LoRA, g.s.Seed
+	var zipf *rand.Zipf
+	if l.S > 1 && l.Adapters > 1 {
+		zipf = rand.NewZipf(g.rng, l.S, 1, uint64(l.Adapters-1))
+	}
+	g.poisson(func(i int) Request {
+		adapter := ""
+		a := uint64(l.Adapters) // the base model's prefixes
+		if g.rng.Float64() >= l.BaseShare {
+			if zipf != nil {
+				a = zipf.Uint64()
+			} else {
+				a = uint64(g.rng.IntN(l.Adapters))
+			}
+			adapter = AdapterName(int(a))
+		}
+		p := uint64(g.rng.IntN(l.PrefixesPerAdapter))
+		return Request{
+			Segments:  []Segment{{SeedOf(seed, 13, a, p), l.PrefixTokens}, {SeedOf(seed, 14, uint64(i)), l.SuffixTokens}},
+			MaxTokens: l.OutputTokens,
+			Adapter:   adapter,
 		}
 	})
 }

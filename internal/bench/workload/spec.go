@@ -38,6 +38,7 @@ const (
 	KindZipf         = "zipf"
 	KindSiblings     = "siblings"
 	KindTrace        = "trace"
+	KindLoRA         = "lora"
 )
 
 // Spec is one workload file.
@@ -60,6 +61,7 @@ type Spec struct {
 	Zipf         *PrefixMix    `json:"zipf,omitempty"`
 	Siblings     *Siblings     `json:"siblings,omitempty"`
 	Trace        *Trace        `json:"trace,omitempty"`
+	LoRA         *LoRAMix      `json:"lora,omitempty"`
 }
 
 // Fleet is the simulated engine fleet (simulation mode only; live mode uses what it targets).
@@ -71,6 +73,12 @@ type Fleet struct {
 	// NumBlocks overrides the KV capacity per engine (0: derived from the profile).
 	NumBlocks   int `json:"numBlocks,omitempty"`
 	MaxModelLen int `json:"maxModelLen,omitempty"`
+	// MaxLoRAs is each engine's LoRA adapter slots (vLLM --max-loras); 0 turns LoRA off. A lora
+	// workload needs it.
+	MaxLoRAs int `json:"maxLoRAs,omitempty"`
+	// LoRALoadSeconds is the time to load an adapter into a slot (vllm-sim --lora-load-time);
+	// default 0.025.
+	LoRALoadSeconds float64 `json:"loraLoadSeconds,omitempty"`
 }
 
 // Load is the arrival process of one run; each entry of Rates is one run of a sweep.
@@ -145,6 +153,23 @@ type Siblings struct {
 	OutputTokens int `json:"outputTokens"`
 }
 
+// LoRAMix is a multi-adapter workload: each request is for one of Adapters LoRA adapters drawn
+// with Zipf(S) popularity (S <= 1: uniform), or for the base model with probability BaseShare;
+// it opens with one of its adapter's PrefixesPerAdapter shared prefixes (uniformly drawn; the
+// base model has as many of its own) and ends with a unique suffix.
+type LoRAMix struct {
+	Adapters           int     `json:"adapters"`
+	S                  float64 `json:"s,omitempty"`
+	BaseShare          float64 `json:"baseShare,omitempty"`
+	PrefixesPerAdapter int     `json:"prefixesPerAdapter"`
+	PrefixTokens       int     `json:"prefixTokens"`
+	SuffixTokens       int     `json:"suffixTokens"`
+	OutputTokens       int     `json:"outputTokens"`
+}
+
+// AdapterName is the model name of adapter i of a lora workload.
+func AdapterName(i int) string { return fmt.Sprintf("adapter-%02d", i) }
+
 // Trace replays a public trace.
 type Trace struct {
 	// Format is "mooncake" (JSONL with hash_ids) or "azure" (CSV of lengths and timestamps).
@@ -207,7 +232,7 @@ func (s *Spec) Validate() error {
 	present := map[string]bool{
 		KindSharedPrefix: s.SharedPrefix != nil, KindMultiTurn: s.MultiTurn != nil, KindAgentic: s.Agentic != nil,
 		KindUnique: s.Unique != nil, KindHotPrefix: s.HotPrefix != nil, KindZipf: s.Zipf != nil,
-		KindSiblings: s.Siblings != nil, KindTrace: s.Trace != nil,
+		KindSiblings: s.Siblings != nil, KindTrace: s.Trace != nil, KindLoRA: s.LoRA != nil,
 	}
 	has, known := present[s.Kind]
 	if !known {
@@ -215,6 +240,24 @@ func (s *Spec) Validate() error {
 	}
 	if !has {
 		return fmt.Errorf("kind %s needs a %s section", s.Kind, s.Kind)
+	}
+	if s.Fleet.MaxLoRAs < 0 || s.Fleet.LoRALoadSeconds < 0 {
+		return errors.New("fleet.maxLoRAs and fleet.loraLoadSeconds must not be negative")
+	}
+	if s.Fleet.MaxLoRAs > 0 && s.Fleet.LoRALoadSeconds == 0 {
+		s.Fleet.LoRALoadSeconds = 0.025
+	}
+	if l := s.LoRA; l != nil && s.Kind == KindLoRA {
+		switch {
+		case s.Fleet.MaxLoRAs < 1:
+			return errors.New("kind lora needs fleet.maxLoRAs >= 1")
+		case l.Adapters < 1 || l.PrefixesPerAdapter < 1:
+			return errors.New("lora.adapters and lora.prefixesPerAdapter must be at least 1")
+		case l.BaseShare < 0 || l.BaseShare >= 1:
+			return errors.New("lora.baseShare must be within [0, 1)")
+		case l.PrefixTokens < 0 || l.SuffixTokens < 0 || l.PrefixTokens+l.SuffixTokens < 1 || l.OutputTokens < 1:
+			return errors.New("lora needs a prompt (prefixTokens + suffixTokens >= 1) and outputTokens >= 1")
+		}
 	}
 	if s.Trace != nil {
 		if s.Trace.Format != "mooncake" && s.Trace.Format != "azure" {

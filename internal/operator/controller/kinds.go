@@ -37,13 +37,14 @@ import (
 	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
-// The kinds of KEDA's ScaledObject and of the Prometheus Operator's monitors. Their Go modules
-// are not dependencies (they would raise every k8s.io module), so these are handled as
-// unstructured objects.
+// The kinds of KEDA's ScaledObject and of the Prometheus Operator's monitors and rules. Their
+// Go modules are not dependencies (they would raise every k8s.io module), so these are handled
+// as unstructured objects.
 var (
 	scaledObjectGVK   = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
 	serviceMonitorGVK = schema.FromAPIVersionAndKind(render.MonitoringAPIVersion, render.ServiceMonitorKind)
 	podMonitorGVK     = schema.FromAPIVersionAndKind(render.MonitoringAPIVersion, render.PodMonitorKind)
+	prometheusRuleGVK = schema.FromAPIVersionAndKind(render.MonitoringAPIVersion, render.PrometheusRuleKind)
 )
 
 // coreChildKinds are the kinds every Kubernetes cluster serves; the reconciler watches them from
@@ -77,6 +78,7 @@ var OptionalKinds = []OptionalKind{
 	{GVK: lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), CRD: "leaderworkersets.leaderworkerset.x-k8s.io", NeededFor: "spec.engine.nodesPerReplica > 1"},
 	{GVK: serviceMonitorGVK, CRD: "servicemonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
 	{GVK: podMonitorGVK, CRD: "podmonitors.monitoring.coreos.com", NeededFor: "spec.monitoring"},
+	{GVK: prometheusRuleGVK, CRD: "prometheusrules.monitoring.coreos.com", NeededFor: "spec.monitoring"},
 	// Without the pool the router would be an endpoint picker nobody calls and serve no HTTP: the
 	// operator renders HTTPRoute mode until the CRD appears (see withoutInferencePool).
 	{GVK: inferencePoolGVK, CRD: "inferencepools.inference.networking.k8s.io", NeededFor: "spec.gateway.mode: InferencePool",

@@ -82,7 +82,7 @@ var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, fun
 		}).Should(Succeed())
 	})
 
-	It("serves without the monitors it cannot apply, names both CRDs, and applies them once they are installed", func() {
+	It("serves without the monitors and rules it cannot apply, names their CRDs, and applies them once they are installed", func() {
 		watched := makeKVRouter(ns, "watched").Simulate().Obj()
 		watched.Spec.Monitoring = &v1alpha1.MonitoringSpec{}
 		Expect(c.Create(ctx, watched)).To(Succeed())
@@ -94,6 +94,7 @@ var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, fun
 			crds := expectCondition(g, cur, ConditionCRDsInstalled, metav1.ConditionFalse, ReasonCRDNotInstalled)
 			g.Expect(crds.Message).To(ContainSubstring("CRD servicemonitors.monitoring.coreos.com is not installed (needed for spec.monitoring)"))
 			g.Expect(crds.Message).To(ContainSubstring("CRD podmonitors.monitoring.coreos.com is not installed (needed for spec.monitoring)"))
+			g.Expect(crds.Message).To(ContainSubstring("CRD prometheusrules.monitoring.coreos.com is not installed (needed for spec.monitoring)"))
 			// A missing monitor is no reason to call the engines unready.
 			g.Expect(condition(cur, ConditionReady).Reason).NotTo(Equal(ReasonCRDNotInstalled))
 		}).Should(Succeed())
@@ -101,13 +102,13 @@ var _ = Describe("KVRouter on a cluster without the optional CRDs", Ordered, fun
 		_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: monitoringCRDs(), ErrorIfPathMissing: true})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func(g Gomega) {
-			for _, gvk := range []schema.GroupVersionKind{serviceMonitorGVK, podMonitorGVK} {
+			for gvk, name := range map[schema.GroupVersionKind]string{
+				serviceMonitorGVK: render.ServiceMonitorName(watched),
+				podMonitorGVK:     render.PodMonitorName(watched),
+				prometheusRuleGVK: render.PrometheusRuleName(watched),
+			} {
 				u := &unstructured.Unstructured{}
 				u.SetGroupVersionKind(gvk)
-				name := render.ServiceMonitorName(watched)
-				if gvk == podMonitorGVK {
-					name = render.PodMonitorName(watched)
-				}
 				child(g, c, watched, name, u)
 			}
 			expectCondition(g, reload(g, c, watched), ConditionCRDsInstalled, metav1.ConditionTrue, ReasonInstalled)

@@ -18,6 +18,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -34,7 +35,7 @@ import (
 var _ = Describe("KVRouter monitoring", func() {
 	ctx := context.Background()
 
-	It("applies a ServiceMonitor and a PodMonitor that the Prometheus Operator's schema accepts, and deletes them with spec.monitoring", func() {
+	It("applies a ServiceMonitor, a PodMonitor and a PrometheusRule that the Prometheus Operator's schema accepts, and deletes them with spec.monitoring", func() {
 		ns := newNamespace(k8sClient)
 		kvr := makeKVRouter(ns, "watched").Simulate().Obj()
 		kvr.Spec.Monitoring = &v1alpha1.MonitoringSpec{Labels: map[string]string{"release": "prom"}, Interval: "15s"}
@@ -58,6 +59,17 @@ var _ = Describe("KVRouter monitoring", func() {
 			eps, _, _ = unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
 			g.Expect(eps).To(ConsistOf(HaveKeyWithValue("path", "/metrics")))
 
+			rule := monitorOf(g, kvr, prometheusRuleGVK, render.PrometheusRuleName(kvr))
+			g.Expect(rule.GetLabels()).To(HaveKeyWithValue("release", "prom"))
+			groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+			g.Expect(groups).To(HaveLen(1))
+			rules, _, _ := unstructured.NestedSlice(groups[0].(map[string]any), "rules")
+			g.Expect(rules).To(HaveLen(len(render.AlertRules(render.AlertScope{}))))
+			scope := fmt.Sprintf(`namespace=%q,kvrouter=%q`, ns, kvr.Name)
+			for _, r := range rules {
+				g.Expect(r).To(HaveKeyWithValue("expr", ContainSubstring(scope)))
+			}
+
 			expectCondition(g, reload(g, k8sClient, kvr), ConditionCRDsInstalled, metav1.ConditionTrue, ReasonInstalled)
 		}).Should(Succeed())
 
@@ -71,12 +83,13 @@ var _ = Describe("KVRouter monitoring", func() {
 			g.Expect(fresh.GetUID()).NotTo(Equal(sm.GetUID()))
 		}).Should(Succeed())
 
-		By("removing spec.monitoring deletes both")
+		By("removing spec.monitoring deletes all three")
 		update(k8sClient, kvr, func(k *v1alpha1.KVRouter) { k.Spec.Monitoring = nil })
 		Eventually(func(g Gomega) {
 			for gvk, name := range map[schema.GroupVersionKind]string{
 				serviceMonitorGVK: render.ServiceMonitorName(kvr),
 				podMonitorGVK:     render.PodMonitorName(kvr),
+				prometheusRuleGVK: render.PrometheusRuleName(kvr),
 			} {
 				u := &unstructured.Unstructured{}
 				u.SetGroupVersionKind(gvk)

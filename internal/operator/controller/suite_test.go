@@ -135,8 +135,8 @@ func envtestAssets() string {
 
 // crdPaths lists the CRDs to install: the KVRouter CRD, and with thirdParty the real CRDs of
 // Gateway API (standard channel), the Inference Extension's InferencePool, LeaderWorkerSet,
-// KEDA's ScaledObject and the Prometheus Operator's ServiceMonitor and PodMonitor, read from
-// the Go module cache.
+// KEDA's ScaledObject and the Prometheus Operator's ServiceMonitor, PodMonitor and
+// PrometheusRule, read from the Go module cache.
 func crdPaths(thirdParty bool) []string {
 	root := repoRoot()
 	paths := []string{filepath.Join(root, "config", "crd", "bases")}
@@ -156,6 +156,7 @@ func monitoringCRDs() []string {
 	return []string{
 		filepath.Join(dir, "monitoring.coreos.com_servicemonitors.yaml"),
 		filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"),
+		filepath.Join(dir, "monitoring.coreos.com_prometheusrules.yaml"),
 	}
 }
 

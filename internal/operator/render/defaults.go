@@ -32,10 +32,8 @@ import (
 // against the generated CRD so the two cannot drift apart. It leaves spec.model.servedName alone:
 // that default (metadata.name) is not a schema default, see ServedName.
 func Default(kvr *v1alpha1.KVRouter) {
+	// spec.engine.image has no schema default: empty means Options.EngineImage (EngineImage).
 	e := &kvr.Spec.Engine
-	if e.Image == "" {
-		e.Image = "vllm/vllm-openai:v0.26.0"
-	}
 	if e.Replicas == nil {
 		e.Replicas = ptr.To[int32](1)
 	}
@@ -79,6 +77,9 @@ func Default(kvr *v1alpha1.KVRouter) {
 	if gw := kvr.Spec.Gateway; gw != nil {
 		if gw.Mode == "" {
 			gw.Mode = v1alpha1.GatewayModeHTTPRoute
+		}
+		if gw.ModelMatch == "" {
+			gw.ModelMatch = v1alpha1.ModelMatchNone
 		}
 		// Gateway API's own schema defaults, which the CRD embeds for parentRefs.
 		for i := range gw.ParentRefs {

@@ -121,7 +121,44 @@ func engineArgs(kvr *v1alpha1.KVRouter, role engineRole) ([]string, error) {
 	if isMultiNode(kvr) {
 		args = append(args, multiNodeArgs(kvr, role)...)
 	}
+	args = append(args, loraArgs(kvr)...)
 	return append(args, e.ExtraArgs...), nil
+}
+
+// The LoRA slot settings rendered when spec.model.loras is set and leaves them unset: vLLM's own
+// defaults, written out so that the pod spec shows what the engines run with and vllm-sim, which
+// reads the same flags, sizes its slots alike.
+const (
+	DefaultMaxLoRAs    = 1
+	DefaultMaxLoRARank = 16
+)
+
+// loraArgs are the flags that load spec.model.loras: one --lora-modules followed by one
+// name=source per adapter (vLLM's syntax; the simulator takes the same), in the spec's order.
+// Workers of a multi-node replica get them too: every pod of a replica must build the same
+// LoRA layers.
+func loraArgs(kvr *v1alpha1.KVRouter) []string {
+	m := kvr.Spec.Model
+	if len(m.LoRAs) == 0 {
+		return nil
+	}
+	args := []string{"--enable-lora", "--lora-modules"}
+	for _, l := range m.LoRAs {
+		args = append(args, l.Name+"="+l.Source)
+	}
+	return append(args,
+		"--max-loras", strconv.Itoa(int(ptr.Deref(m.MaxLoRAs, DefaultMaxLoRAs))),
+		"--max-lora-rank", strconv.Itoa(int(ptr.Deref(m.MaxLoRARank, DefaultMaxLoRARank))),
+	)
+}
+
+// EngineImage is the vLLM image a KVRouter's engines run: spec.engine.image, else the
+// operator's (Options.EngineImage).
+func EngineImage(kvr *v1alpha1.KVRouter, opts Options) string {
+	if kvr.Spec.Engine.Image != "" {
+		return kvr.Spec.Engine.Image
+	}
+	return opts.engineImage()
 }
 
 // enginePodTemplate is the pod template of a single-node replica, or of the leader (roleServer)
@@ -141,7 +178,7 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 
 	c := corev1.Container{
 		Name:            EngineContainerName,
-		Image:           e.Image,
+		Image:           EngineImage(kvr, opts),
 		Command:         []string{"vllm", "serve"},
 		Args:            args,
 		Env:             env,

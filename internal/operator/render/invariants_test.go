@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -425,8 +426,55 @@ func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructure
 				out = append(out, fmt.Sprintf("%s: metrics-api url %q, want the admin port's %q", id, url, want))
 			}
 		}
+	case render.PrometheusRuleKind:
+		out = append(out, prometheusRuleViolations(id, kvr, u)...)
 	default:
 		out = append(out, fmt.Sprintf("%s: unexpected unstructured kind", id))
+	}
+	return out
+}
+
+// selectorRE finds the label matchers of a PromQL expression (no rule uses braces otherwise).
+var selectorRE = regexp.MustCompile(`\{[^}]*\}`)
+
+// prometheusRuleViolations: every rule of a KVRouter's PrometheusRule reads that KVRouter's
+// series only, and carries what Alertmanager and the people it pages need.
+func prometheusRuleViolations(id string, kvr *v1alpha1.KVRouter, u *unstructured.Unstructured) []string {
+	var out []string
+	groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "groups")
+	if len(groups) == 0 {
+		return []string{id + ": no spec.groups"}
+	}
+	scope := []string{fmt.Sprintf("namespace=%q", kvr.Namespace), fmt.Sprintf("%s=%q", render.MetricsLabelKVRouter, kvr.Name)}
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		if len(rules) == 0 {
+			out = append(out, id+": a group without rules")
+		}
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			expr, _ := rule["expr"].(string)
+			sels := selectorRE.FindAllString(expr, -1)
+			if len(sels) == 0 {
+				out = append(out, fmt.Sprintf("%s: rule %v selects no series", id, rule["alert"]))
+			}
+			for _, sel := range sels {
+				for _, m := range scope {
+					if !strings.Contains(sel, m) {
+						out = append(out, fmt.Sprintf("%s: rule %v: selector %s lacks %s", id, rule["alert"], sel, m))
+					}
+				}
+			}
+			sev, _, _ := unstructured.NestedString(rule, "labels", "severity")
+			if sev != render.SeverityCritical && sev != render.SeverityWarning {
+				out = append(out, fmt.Sprintf("%s: rule %v: severity %q", id, rule["alert"], sev))
+			}
+			for _, a := range []string{"summary", "description", "runbook_url"} {
+				if v, _, _ := unstructured.NestedString(rule, "annotations", a); v == "" {
+					out = append(out, fmt.Sprintf("%s: rule %v has no %s", id, rule["alert"], a))
+				}
+			}
+		}
 	}
 	return out
 }

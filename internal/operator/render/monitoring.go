@@ -30,6 +30,7 @@ const (
 	MonitoringAPIVersion = "monitoring.coreos.com/v1"
 	ServiceMonitorKind   = "ServiceMonitor"
 	PodMonitorKind       = "PodMonitor"
+	PrometheusRuleKind   = "PrometheusRule"
 
 	metricsPath = "/metrics"
 	// MetricsLabelKVRouter is the label every scraped series gets, valued with the KVRouter's
@@ -73,8 +74,27 @@ func monitor(kvr *v1alpha1.KVRouter, opts Options, kind, name, appName, componen
 	for k, v := range sel {
 		matchLabels[k] = v
 	}
+	return monitoringObject(kvr, opts, kind, name, appName, component, map[string]any{
+		"selector":     map[string]any{"matchLabels": matchLabels},
+		endpointsField: []any{endpoint},
+	})
+}
+
+// prometheusRule holds the alerting rules (alerts.go) for this KVRouter's series: the
+// relabelling above gives every series of its router and engines the kvrouter label, and the
+// Prometheus Operator adds namespace. It carries spec.monitoring.labels like the monitors,
+// because a Prometheus selects rules by label too (ruleSelector).
+func prometheusRule(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
+	return monitoringObject(kvr, opts, PrometheusRuleKind, PrometheusRuleName(kvr), NameRouter, ComponentRouter, map[string]any{
+		"groups": AlertRuleGroups(AlertScope{Namespace: kvr.Namespace, KVRouter: kvr.Name}),
+	})
+}
+
+// monitoringObject is a Prometheus Operator object of the KVRouter, labelled with
+// spec.monitoring.labels so that the Prometheus that should read it selects it.
+func monitoringObject(kvr *v1alpha1.KVRouter, opts Options, kind, name, appName, component string, spec map[string]any) *unstructured.Unstructured {
 	meta := childMeta(kvr, opts, name, appName, component)
-	labels := maps.Clone(m.Labels)
+	labels := maps.Clone(kvr.Spec.Monitoring.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -84,10 +104,7 @@ func monitor(kvr *v1alpha1.KVRouter, opts Options, kind, name, appName, componen
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": MonitoringAPIVersion,
 		"kind":       kind,
-		"spec": map[string]any{
-			"selector":     map[string]any{"matchLabels": matchLabels},
-			endpointsField: []any{endpoint},
-		},
+		"spec":       spec,
 	}}
 	u.SetName(meta.Name)
 	u.SetNamespace(meta.Namespace)

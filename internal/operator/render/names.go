@@ -101,6 +101,9 @@ func ServiceMonitorName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-rou
 // PodMonitorName names the PodMonitor that scrapes the engines.
 func PodMonitorName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-engine" }
 
+// PrometheusRuleName names the PrometheusRule that holds the KVRouter's alerts.
+func PrometheusRuleName(kvr *v1alpha1.KVRouter) string { return kvr.Name + "-alerts" }
+
 // ServedName is the model name clients send: spec.model.servedName, else metadata.name.
 func ServedName(kvr *v1alpha1.KVRouter) string {
 	if kvr.Spec.Model.ServedName != "" {
@@ -129,7 +132,8 @@ func URL(kvr *v1alpha1.KVRouter) string {
 	if gw := kvr.Spec.Gateway; gw != nil {
 		for _, h := range gw.Hostnames {
 			if !strings.HasPrefix(string(h), "*") {
-				return "http://" + string(h)
+				// With modelMatch Path the model's API is under its prefix on the shared host.
+				return "http://" + string(h) + RoutePathPrefix(kvr)
 			}
 		}
 	}

@@ -21,12 +21,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The release images of the router and of the simulated engine, used when Options leaves them
-// empty. The operator's Deployment normally sets both (RELATED_IMAGE_ROUTER,
-// RELATED_IMAGE_SIMULATOR), so these matter for `manager render` and local runs.
+// The release images of the router, of the simulated engine and of vLLM, used when Options
+// leaves them empty. The operator's Deployment normally sets all three (RELATED_IMAGE_ROUTER,
+// RELATED_IMAGE_SIMULATOR, RELATED_IMAGE_ENGINE), so these matter for `manager render` and
+// local runs.
 const (
 	DefaultRouterImage    = "ghcr.io/kvrouter/router:v0.1.0"
 	DefaultSimulatorImage = "ghcr.io/kvrouter/vllm-sim:v0.1.0"
+	DefaultEngineImage    = "vllm/vllm-openai:v0.26.0"
 )
 
 // Options are the operator-level settings that shape the objects, as opposed to the per-KVRouter
@@ -39,6 +41,9 @@ type Options struct {
 	// SimulatorImage runs vllm-sim (/vllm-sim) in place of vLLM when spec.simulate is true.
 	// Empty: DefaultSimulatorImage.
 	SimulatorImage string
+	// EngineImage runs vLLM. spec.engine.image overrides it per KVRouter. Empty:
+	// DefaultEngineImage.
+	EngineImage string
 
 	// LabelAllowList names the labels of the KVRouter copied onto its children. Nil:
 	// DefaultLabelAllowList. An empty, non-nil list copies none.
@@ -136,6 +141,13 @@ func (o Options) routerImage() string {
 		return DefaultRouterImage
 	}
 	return o.RouterImage
+}
+
+func (o Options) engineImage() string {
+	if o.EngineImage == "" {
+		return DefaultEngineImage
+	}
+	return o.EngineImage
 }
 
 func (o Options) simulatorImage() string {

@@ -34,8 +34,8 @@ import (
 // object read from the API server and a manifest read from a file. Optional kinds are included
 // whenever the spec asks for them (the HTTPRoute with spec.gateway, the InferencePool with
 // spec.gateway.mode InferencePool, the ScaledObject with
-// spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1, the ServiceMonitor and PodMonitor
-// with spec.monitoring); whether their CRDs are installed is for the caller to check.
+// spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1, the ServiceMonitor, PodMonitor
+// and PrometheusRule with spec.monitoring); whether their CRDs are installed is for the caller to check.
 func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 	kvr := in.DeepCopy()
 	Default(kvr)
@@ -75,7 +75,7 @@ func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 		objs = append(objs, scaledObject(kvr, opts))
 	}
 	if kvr.Spec.Monitoring != nil {
-		objs = append(objs, serviceMonitor(kvr, opts), podMonitor(kvr, opts))
+		objs = append(objs, serviceMonitor(kvr, opts), podMonitor(kvr, opts), prometheusRule(kvr, opts))
 	}
 	return objs, nil
 }

@@ -625,7 +625,7 @@ func TestMonitorsOnlyWithSpecMonitoring(t *testing.T) {
 	kinds := func(objs []client.Object) []string {
 		var out []string
 		for _, o := range objs {
-			if k := o.GetObjectKind().GroupVersionKind().Kind; k == render.ServiceMonitorKind || k == render.PodMonitorKind {
+			if k := o.GetObjectKind().GroupVersionKind().Kind; k == render.ServiceMonitorKind || k == render.PodMonitorKind || k == render.PrometheusRuleKind {
 				out = append(out, k+" "+o.GetName())
 			}
 		}
@@ -635,7 +635,7 @@ func TestMonitorsOnlyWithSpecMonitoring(t *testing.T) {
 		t.Errorf("without spec.monitoring: %v", got)
 	}
 	kvr := withMonitoring(wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(), v1alpha1.MonitoringSpec{})
-	if got := kinds(mustObjects(t, kvr, render.Options{})); !slices.Equal(got, []string{"ServiceMonitor m-router", "PodMonitor m-engine"}) {
+	if got := kinds(mustObjects(t, kvr, render.Options{})); !slices.Equal(got, []string{"ServiceMonitor m-router", "PodMonitor m-engine", "PrometheusRule m-alerts"}) {
 		t.Errorf("with spec.monitoring: %v", got)
 	}
 }

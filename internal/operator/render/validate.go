@@ -40,6 +40,24 @@ var ManagedEngineFlags = []string{
 	"--nnodes", "--node-rank", "--master-addr", "--headless", "--distributed-executor-backend",
 }
 
+// LoRAEngineFlags are the vLLM flags render sets from spec.model.loras, maxLoras and maxLoraRank.
+// spec.engine.extraArgs may not repeat them while loras is set: a second --lora-modules or
+// --max-lora-rank would replace the spec's, and the HTTPRoute would route adapter names the
+// engines do not serve. Without loras they are the user's (for adapters loaded at run time).
+var LoRAEngineFlags = []string{"--enable-lora", "--no-enable-lora", "--lora-modules", "--max-loras", "--max-lora-rank"}
+
+// MaxLoRAs bounds spec.model.loras (the schema's MaxItems): with spec.gateway.modelMatch Header
+// the HTTPRoute matches each public path once per model name, and Gateway API allows 64 matches
+// in a rule: 3 paths times (1 + 16) names is 51.
+const MaxLoRAs = 16
+
+// loraName mirrors the schema's pattern of spec.model.loras[].name (that of servedName), and
+// loraSource that of their sources: vLLM splits each name=source at "=".
+var (
+	loraName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:-]*$`)
+	loraSource = regexp.MustCompile(`^[^=\s]+$`)
+)
+
 // shortFlags are vLLM's single-dash aliases of managed flags.
 var shortFlags = map[string]string{"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 
@@ -84,6 +102,8 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 			errs = append(errs, field.Invalid(spec.Child("model", ref.field), ref.value, "must be an object name: "+msg))
 		}
 	}
+
+	errs = append(errs, validateLoRAs(kvr)...)
 
 	e := kvr.Spec.Engine
 	ep := spec.Child("engine")
@@ -179,6 +199,82 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 	return errs.ToAggregate()
 }
 
+// validateLoRAs mirrors the schema and CEL rules of spec.model.loras, maxLoras and maxLoraRank,
+// and the rule that keeps the LoRA flags out of spec.engine.extraArgs while loras is set.
+func validateLoRAs(kvr *v1alpha1.KVRouter) field.ErrorList {
+	var errs field.ErrorList
+	m := kvr.Spec.Model
+	mp := field.NewPath("spec", "model")
+	lp := mp.Child("loras")
+	if len(m.LoRAs) > MaxLoRAs {
+		errs = append(errs, field.TooMany(lp, len(m.LoRAs), MaxLoRAs))
+	}
+	served := ServedName(kvr)
+	seen := map[string]bool{}
+	for i, l := range m.LoRAs {
+		np := lp.Index(i).Child("name")
+		switch {
+		case l.Name == "":
+			errs = append(errs, field.Required(np, "the model name clients send to use the adapter"))
+		case len(l.Name) > 253:
+			errs = append(errs, field.TooLong(np, l.Name, 253))
+		case !loraName.MatchString(l.Name):
+			errs = append(errs, field.Invalid(np, l.Name, "must match "+loraName.String()))
+		case seen[l.Name]:
+			errs = append(errs, field.Duplicate(np, l.Name))
+		case l.Name == served:
+			errs = append(errs, field.Invalid(np, l.Name,
+				"must differ from the served model name (spec.model.servedName, else metadata.name): clients would not be able to reach the base model"))
+		}
+		seen[l.Name] = true
+		sp := lp.Index(i).Child("source")
+		switch {
+		case l.Source == "":
+			errs = append(errs, field.Required(sp, "a Hugging Face repository id or a path in spec.model.cachePVC"))
+		case len(l.Source) > 512:
+			errs = append(errs, field.TooLong(sp, l.Source, 512))
+		case !loraSource.MatchString(l.Source):
+			errs = append(errs, field.Invalid(sp, l.Source, "must not contain \"=\" or white space (vLLM reads name=source)"))
+		}
+	}
+	if len(m.LoRAs) == 0 {
+		if m.MaxLoRAs != nil {
+			errs = append(errs, field.Invalid(mp.Child("maxLoras"), *m.MaxLoRAs, "applies only with spec.model.loras"))
+		}
+		if m.MaxLoRARank != nil {
+			errs = append(errs, field.Invalid(mp.Child("maxLoraRank"), *m.MaxLoRARank, "applies only with spec.model.loras"))
+		}
+		return errs
+	}
+	if n := m.MaxLoRAs; n != nil && (*n < 1 || *n > MaxLoRAs) {
+		errs = append(errs, field.Invalid(mp.Child("maxLoras"), *n, fmt.Sprintf("must be between 1 and %d", MaxLoRAs)))
+	}
+	if r := m.MaxLoRARank; r != nil && !oneOf(*r, 1, 8, 16, 32, 64, 128, 256, 320, 512) {
+		errs = append(errs, field.NotSupported(mp.Child("maxLoraRank"), *r,
+			[]string{"1", "8", "16", "32", "64", "128", "256", "320", "512"}))
+	}
+	for i, arg := range kvr.Spec.Engine.ExtraArgs {
+		if f := loraFlag(arg); f != "" {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "engine", "extraArgs").Index(i), arg,
+				f+" is set by the operator from spec.model.loras, maxLoras and maxLoraRank"))
+		}
+	}
+	return errs
+}
+
+// loraFlag returns the LoRA flag that arg sets ("--max-loras" for "--max_loras=4"), or "".
+func loraFlag(arg string) string {
+	name, _, _ := strings.Cut(arg, "=")
+	if !strings.HasPrefix(name, "--") {
+		return ""
+	}
+	name = "--" + strings.ReplaceAll(strings.TrimPrefix(name, "--"), "_", "-")
+	if slices.Contains(LoRAEngineFlags, name) {
+		return name
+	}
+	return ""
+}
+
 // validateGateway mirrors the schema and CEL rules of spec.gateway, and the rule on the spec that
 // keeps the router's API key from an InferencePool that fails open, where the Gateway would
 // skip the router, and its key check, while it cannot reach it.
@@ -201,6 +297,10 @@ func validateGateway(kvr *v1alpha1.KVRouter) field.ErrorList {
 	case gw.Mode != v1alpha1.GatewayModeInferencePool:
 		errs = append(errs, field.Invalid(gp.Child("failureMode"), gw.FailureMode,
 			"applies only to spec.gateway.mode: InferencePool (it is the InferencePool's endpoint-picker failure mode)"))
+	}
+	matches := []string{string(v1alpha1.ModelMatchNone), string(v1alpha1.ModelMatchHeader), string(v1alpha1.ModelMatchPath)}
+	if !slices.Contains(matches, string(gw.ModelMatch)) {
+		errs = append(errs, field.NotSupported(gp.Child("modelMatch"), gw.ModelMatch, matches))
 	}
 	if UsesInferencePool(kvr) && kvr.Spec.Router.APIKeySecret != nil && gw.FailureMode != v1alpha1.FailClose {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "router", "apiKeySecret"), kvr.Spec.Router.APIKeySecret.Name,

@@ -24,6 +24,7 @@ import (
 
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/utils/ptr"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/operator/render"
@@ -62,6 +63,29 @@ func TestCRDRulesAgreeWithValidate(t *testing.T) {
 		celRefuses := strings.Contains(celErrors(kvr), "spec.engine.extraArgs must not set")
 		if goRefuses != celRefuses {
 			t.Errorf("extraArgs %q: Validate refuses=%v, CRD rule refuses=%v", a, goRefuses, celRefuses)
+		}
+	}
+
+	// The LoRA flags: refused in extraArgs only while spec.model.loras is set.
+	var loraArgs [][]string
+	for _, f := range render.LoRAEngineFlags {
+		under := "--" + strings.ReplaceAll(strings.TrimPrefix(f, "--"), "-", "_")
+		loraArgs = append(loraArgs, []string{f}, []string{f + "=4"}, []string{under, "4"}, []string{"--ok", under + "=1"})
+	}
+	loraArgs = append(loraArgs, []string{"--max-lora"}, []string{"--lora-extra-vocab-size", "256"}, []string{"--max-cpu-loras", "8"},
+		[]string{"--enable-lora-bias"}, []string{"--fully-sharded-loras"})
+	for _, a := range loraArgs {
+		for _, adapters := range []bool{false, true} {
+			kvr := wrappers.MakeKVRouter("m", "ns").ExtraArgs(a...).Obj()
+			if adapters {
+				kvr.Spec.Model.LoRAs = []v1alpha1.LoRAAdapter{{Name: "a", Source: "org/a"}}
+			}
+			render.Default(kvr)
+			goRefuses := render.Validate(kvr) != nil
+			celRefuses := strings.Contains(celErrors(kvr), "spec.engine.extraArgs must not set --enable-lora")
+			if goRefuses != celRefuses {
+				t.Errorf("extraArgs %q with adapters %v: Validate refuses=%v, CRD rule refuses=%v", a, adapters, goRefuses, celRefuses)
+			}
 		}
 	}
 
@@ -133,6 +157,47 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 				agree(fmt.Sprintf("tokenizer source %q fromCacheVolume %v cachePVC %q", source, fromVolume, pvc), kvr)
 			}
 		}
+	}
+	// spec.model.loras: names (pattern, uniqueness, the served name), sources, and the slot
+	// settings, which apply only with adapters.
+	adapter := func(name, source string) v1alpha1.LoRAAdapter {
+		return v1alpha1.LoRAAdapter{Name: name, Source: source}
+	}
+	for what, loras := range map[string][]v1alpha1.LoRAAdapter{
+		"none":                 nil,
+		"two":                  {adapter("sql", "org/sql"), adapter("chat", "/models/adapters/chat")},
+		"duplicate":            {adapter("sql", "org/sql"), adapter("sql", "org/other")},
+		"served name":          {adapter("base", "org/a")},
+		"KVRouter name":        {adapter("m", "org/a")},
+		"name with a space":    {adapter("my lora", "org/a")},
+		"name starting with /": {adapter("/a", "org/a")},
+		"empty name":           {adapter("", "org/a")},
+		"empty source":         {adapter("a", "")},
+		"source with =":        {adapter("a", "/models/a=b")},
+		"source with a space":  {adapter("a", "/models/a b")},
+		"long name":            {adapter(strings.Repeat("a", 254), "org/a")},
+		"long source":          {adapter("a", strings.Repeat("a", 513))},
+	} {
+		for _, servedName := range []string{"", "base"} {
+			for _, slots := range []*int32{nil, ptr.To[int32](0), ptr.To[int32](4), ptr.To[int32](17)} {
+				for _, rank := range []*int32{nil, ptr.To[int32](1), ptr.To[int32](24), ptr.To[int32](320)} {
+					kvr := wrappers.MakeKVRouter("m", "ns").ServedName(servedName).Obj()
+					kvr.Spec.Model.LoRAs = loras
+					kvr.Spec.Model.MaxLoRAs, kvr.Spec.Model.MaxLoRARank = slots, rank
+					agree(fmt.Sprintf("loras %s servedName %q maxLoras %v maxLoraRank %v", what, servedName, ptr.Deref(slots, -1), ptr.Deref(rank, -1)), kvr)
+				}
+			}
+		}
+	}
+	tooMany := wrappers.MakeKVRouter("m", "ns").Obj()
+	for i := range render.MaxLoRAs + 1 {
+		tooMany.Spec.Model.LoRAs = append(tooMany.Spec.Model.LoRAs, adapter(fmt.Sprintf("a%d", i), "org/a"))
+	}
+	agree("too many loras", tooMany)
+	for _, match := range []v1alpha1.ModelMatch{"", v1alpha1.ModelMatchNone, v1alpha1.ModelMatchHeader, v1alpha1.ModelMatchPath, "Host"} {
+		kvr := wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "h.example.com").Obj()
+		kvr.Spec.Gateway.ModelMatch = match
+		agree(fmt.Sprintf("modelMatch %q", match), kvr)
 	}
 	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
 		kvr := wrappers.MakeKVRouter("m", "ns").Obj()

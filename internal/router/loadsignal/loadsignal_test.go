@@ -22,6 +22,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,7 @@ func TestParseMetrics(t *testing.T) {
 	}
 	want := EngineMetrics{Running: 3, Waiting: 2, KVUsage: 0.42, PrefixQueries: 1000, PrefixHits: 750,
 		Preemptions: 5, BlockSize: "16", HashAlgo: "sha256_cbor"}
-	if m != want {
+	if !reflect.DeepEqual(m, want) {
 		t.Fatalf("got %+v\nwant %+v", m, want)
 	}
 	if _, err := ParseMetrics(strings.NewReader("vllm:num_requests_running{ 3\n")); err == nil {
@@ -188,7 +189,7 @@ func TestRemoteLoadAndRates(t *testing.T) {
 	}
 	k.Done()
 	tr.Remove("e0")
-	if st := tr.Stats("e0"); st != (EndpointStats{}) {
+	if st := tr.Stats("e0"); !reflect.DeepEqual(st, EndpointStats{}) {
 		t.Fatalf("removed endpoint still has stats %+v", st)
 	}
 }

@@ -43,8 +43,12 @@ type Scraper struct {
 	Interval, Timeout time.Duration
 	// Parallel bounds the concurrent scrapes of one round (default 16).
 	Parallel int
-	// MaxBytes caps a metrics body (default 4 MiB): an engine is trusted, but not unboundedly.
+	// MaxBytes caps the lines of a metrics page the router keeps, those of the families it
+	// reads (default DefaultMaxKeptBytes): an engine is trusted, but not unboundedly.
 	MaxBytes int64
+	// MaxReadBytes caps the whole page read (default DefaultMaxReadBytes). A page past either
+	// cap is a failed scrape, never one read in part.
+	MaxReadBytes int64
 	// Now is the clock (tests replace it).
 	Now func() time.Time
 }
@@ -129,11 +133,14 @@ func (s *Scraper) scrape(ctx context.Context, t Target) (EngineMetrics, error) {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return EngineMetrics{}, fmt.Errorf("scrape %s: %s", t.Name, resp.Status)
 	}
-	limit := s.MaxBytes
-	if limit <= 0 {
-		limit = 4 << 20
+	kept, read := s.MaxBytes, s.MaxReadBytes
+	if kept <= 0 {
+		kept = DefaultMaxKeptBytes
 	}
-	m, err := ParseMetrics(io.LimitReader(resp.Body, limit))
+	if read <= 0 {
+		read = DefaultMaxReadBytes
+	}
+	m, err := ParseMetricsWithin(resp.Body, kept, read)
 	if err != nil {
 		return EngineMetrics{}, fmt.Errorf("scrape %s: %w", t.Name, err)
 	}

@@ -34,6 +34,23 @@ const rateWindow = 60 * time.Second
 type Tracker struct {
 	mu  sync.Mutex
 	eps map[string]*endpointState
+	// loraForgetAfter is how many consecutive failed scrapes drop an endpoint's adapter state.
+	loraForgetAfter int
+}
+
+// DefaultLoRAForgetAfter is the failed scrapes after which an endpoint's adapters are forgotten
+// unless SetLoRAForgetAfter says otherwise: the router's default for taking an engine out of
+// routing.
+const DefaultLoRAForgetAfter = 3
+
+// SetLoRAForgetAfter sets how many consecutive failed scrapes drop an endpoint's adapter state:
+// the number that makes the endpoint unready (until then it still takes requests, and its
+// adapters are likelier the last ones seen than unknown). n <= 0 keeps them across any number
+// of failures (an engine that restarted meanwhile is still noticed by its counters).
+func (t *Tracker) SetLoRAForgetAfter(n int) {
+	t.mu.Lock()
+	t.loraForgetAfter = n
+	t.mu.Unlock()
 }
 
 type endpointState struct {
@@ -43,6 +60,14 @@ type endpointState struct {
 	queuedPrefill int // their uncached prompt tokens
 	tokens        int // prompt + expected output of every request in flight
 	avgUncached   float64
+	// adapters counts this router's requests in flight per LoRA adapter.
+	adapters map[string]int
+	// lora is the engine's scraped adapter state (vllm:lora_requests_info).
+	lora LoRAInfo
+	// recent are the adapters last seen in use there (dispatched by this router or scraped
+	// running), least recent first: vLLM keeps the last max_lora of them in its GPU slots after
+	// their requests end, which its metric no longer shows.
+	recent []string
 
 	// Scrape.
 	metrics       EngineMetrics
@@ -64,7 +89,9 @@ type sample struct {
 }
 
 // NewTracker returns an empty Tracker.
-func NewTracker() *Tracker { return &Tracker{eps: make(map[string]*endpointState)} }
+func NewTracker() *Tracker {
+	return &Tracker{eps: make(map[string]*endpointState), loraForgetAfter: DefaultLoRAForgetAfter}
+}
 
 func (t *Tracker) state(ep string) *endpointState {
 	s := t.eps[ep]
@@ -80,6 +107,7 @@ func (t *Tracker) state(ep string) *endpointState {
 type Ticket struct {
 	t        *Tracker
 	ep       string
+	adapter  string
 	uncached int
 	tokens   int
 	once     sync.Once
@@ -89,8 +117,21 @@ type Ticket struct {
 // Dispatch records a request sent to ep with uncached prompt tokens to compute and tokens of
 // total work (prompt plus expected output), and returns its ticket.
 func (t *Tracker) Dispatch(ep string, uncached, tokens int) *Ticket {
+	return t.DispatchAdapter(ep, "", uncached, tokens)
+}
+
+// DispatchAdapter is Dispatch for a request of a LoRA adapter ("" for the base model): until it
+// is done the engine counts as having the adapter active, whatever its last scrape said.
+func (t *Tracker) DispatchAdapter(ep, adapter string, uncached, tokens int) *Ticket {
 	t.mu.Lock()
 	s := t.state(ep)
+	if adapter != "" {
+		if s.adapters == nil {
+			s.adapters = map[string]int{}
+		}
+		s.adapters[adapter]++
+		s.used(adapter)
+	}
 	s.inFlight++
 	s.prefilling++
 	s.queuedPrefill += uncached
@@ -102,7 +143,7 @@ func (t *Tracker) Dispatch(ep string, uncached, tokens int) *Ticket {
 		s.avgUncached += 0.1 * (float64(uncached) - s.avgUncached)
 	}
 	t.mu.Unlock()
-	return &Ticket{t: t, ep: ep, uncached: uncached, tokens: tokens}
+	return &Ticket{t: t, ep: ep, adapter: adapter, uncached: uncached, tokens: tokens}
 }
 
 // FirstToken records that the request's prefill is done: its uncached tokens leave the queue.
@@ -125,6 +166,11 @@ func (k *Ticket) Done() {
 		if s := k.t.eps[k.ep]; s != nil {
 			s.inFlight--
 			s.tokens -= k.tokens
+			if k.adapter != "" {
+				if s.adapters[k.adapter]--; s.adapters[k.adapter] <= 0 {
+					delete(s.adapters, k.adapter)
+				}
+			}
 		}
 		k.t.mu.Unlock()
 	})
@@ -160,6 +206,86 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 	}
 }
 
+// maxRecent bounds the remembered adapters of an endpoint; far more than any --max-loras.
+const maxRecent = 256
+
+// used moves adapter to the most recent end of s.recent.
+func (s *endpointState) used(adapter string) {
+	for i, a := range s.recent {
+		if a == adapter {
+			s.recent = append(s.recent[:i], s.recent[i+1:]...)
+			break
+		}
+	}
+	if len(s.recent) >= maxRecent {
+		s.recent = s.recent[1:]
+	}
+	s.recent = append(s.recent, adapter)
+}
+
+// loaded reports whether adapter is among the slots most recently used adapters of s: still in
+// the engine's GPU slots unless someone else's requests displaced it.
+func (s *endpointState) loaded(adapter string, slots int) bool {
+	for i := len(s.recent) - 1; i >= 0 && i >= len(s.recent)-slots; i-- {
+		if s.recent[i] == adapter {
+			return true
+		}
+	}
+	return false
+}
+
+// FillLoRA sets out[i] to what is known of names[i]'s adapters with respect to adapter:
+// its slots, the adapters active there (the scraped running and waiting ones and those of this
+// router's requests in flight) and whether adapter is one of them. An engine whose adapters are
+// unknown (it does not report vllm:lora_requests_info, or they were forgotten after failed
+// scrapes) gets Slots 0, and Resident only when this router has requests of adapter in flight
+// there.
+func (t *Tracker) FillLoRA(names []string, adapter string, out []policy.LoRAState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, n := range names {
+		s := t.eps[n]
+		if s == nil {
+			out[i] = policy.LoRAState{}
+			continue
+		}
+		if !s.lora.Reported {
+			// Slots unknown (not scraped yet, or the engine does not export its adapters): vLLM
+			// has at least one, so the adapter this router used there last is still loaded.
+			// Without this, an adapter's requests in the first scrape interval spread over
+			// every engine, each loading it.
+			out[i] = policy.LoRAState{Resident: s.adapters[adapter] > 0 || s.loaded(adapter, 1)}
+			continue
+		}
+		st := policy.LoRAState{Slots: s.lora.MaxLoRAs, Active: len(s.adapters)}
+		st.Resident = s.adapters[adapter] > 0 || s.loaded(adapter, s.lora.MaxLoRAs)
+		for _, list := range [][]string{s.lora.Running, s.lora.Waiting} {
+			for _, a := range list {
+				if s.adapters[a] == 0 {
+					st.Active++ // not already counted as a local one
+				}
+				st.Resident = st.Resident || a == adapter
+			}
+		}
+		out[i] = st
+	}
+}
+
+// RecordLoRA stores ep's scraped adapter state alone (RecordScrape stores it with the rest);
+// kvbench uses it to give a simulated router the engines' adapters without a full scrape.
+func (t *Tracker) RecordLoRA(ep string, info LoRAInfo) {
+	t.mu.Lock()
+	t.state(ep).recordLoRA(info)
+	t.mu.Unlock()
+}
+
+func (s *endpointState) recordLoRA(info LoRAInfo) {
+	s.lora = info
+	for _, a := range info.Running {
+		s.used(a)
+	}
+}
+
 // RecordScrape stores a successful scrape of ep taken at at.
 func (t *Tracker) RecordScrape(ep string, m EngineMetrics, at time.Time) {
 	t.mu.Lock()
@@ -183,8 +309,10 @@ func (t *Tracker) RecordScrape(ep string, m EngineMetrics, at time.Time) {
 		if smp.hits < last.hits || smp.queries < last.queries || smp.preemptions < last.preemptions {
 			s.samples = s.samples[:0] // the engine restarted: its counters began again
 			s.peakRunning = 0         // and it may have come back with another --max-num-seqs
+			s.recent = nil            // and with empty adapter slots
 		}
 	}
+	s.recordLoRA(m.LoRA)
 	// Not its capacity: requests also wait while long prompts take a step's token budget, so
 	// an engine busy with prefill can run one request and queue ten. What it ran is a floor.
 	s.peakRunning = max(s.peakRunning, int(m.Running))
@@ -199,7 +327,10 @@ func (t *Tracker) RecordScrape(ep string, m EngineMetrics, at time.Time) {
 }
 
 // RecordScrapeError notes a failed scrape. The last good metrics stay (stale), the remote
-// estimate is dropped so a dead engine's old queue does not steer traffic.
+// estimate is dropped so a dead engine's old queue does not steer traffic. The adapters stay
+// until the failures make the endpoint unready (SetLoRAForgetAfter): one failed scrape of an
+// engine that still serves leaves its adapters where they were, and forgetting them would make
+// it look like an engine of unknown adapters.
 func (t *Tracker) RecordScrapeError(ep string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -208,6 +339,10 @@ func (t *Tracker) RecordScrapeError(ep string, err error) {
 	s.scrapeErrors++
 	s.failStreak++
 	s.remote, s.remotePrefill, s.remoteWaiting = 0, 0, 0
+	// Past that, the engine is out of routing, and may come back restarted with empty slots.
+	if t.loraForgetAfter > 0 && s.failStreak >= t.loraForgetAfter {
+		s.lora, s.recent = LoRAInfo{}, nil
+	}
 }
 
 // Remove forgets ep (it left the fleet). Tickets still open for it become no-ops.

@@ -29,6 +29,7 @@ type candidate struct {
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
 	placed    float64 // new prefixes recently placed here
+	lora      loraFit // how the request's adapter fits here (loraActive without one)
 	counted   bool    // placed is known (false: the endpoint is new to the policy)
 }
 
@@ -59,6 +60,10 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		}
 		c.work = e.Load.QueuedPrefillTokens + e.Load.RemotePrefillTokens + c.uncached
 		c.ttft = p.predict(e.Name, c.work)
+		if req.LoRA != "" {
+			c.lora = fitOf(e.Load.LoRA)
+			c.ttft += p.loraCost(e.Name, req, e.Load.LoRA, streams)
+		}
 		key := req.TieBreak
 		if req.SessionKey != "" {
 			key = hashString(req.SessionKey)
@@ -150,6 +155,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		UncachedTokens: c.uncached,
 		PrefillWork:    c.work,
 		PredictedTTFT:  c.ttft,
+		AdapterCold:    req.LoRA != "" && c.lora != loraActive,
 	}
 	d.Fallbacks = p.fallbacks(eps, cands, chosen)
 	return d

@@ -48,6 +48,23 @@ type Load struct {
 	// Scraped engine state, informational for the policy (KV usage near 1 shows up as slower
 	// TTFTs, which the latency model already sees).
 	KVUsage float64
+	// LoRA is the endpoint's adapter state with respect to the request's adapter (see
+	// LoRAState); zero for a base-model request or an engine that does not report adapters.
+	LoRA LoRAState
+}
+
+// LoRAState is what an endpoint's LoRA adapters mean for one request's adapter.
+type LoRAState struct {
+	// Slots is the engine's adapter slots (vLLM --max-loras, read from
+	// vllm:lora_requests_info); 0 when unknown (not reported, or not since a failed scrape): the
+	// policy then charges an adapter load unless Resident.
+	Slots int
+	// Active is the number of distinct adapters that have requests running or waiting there
+	// (scraped), or that this router has requests in flight for.
+	Active int
+	// Resident is true when the request's adapter is one of them (with Slots 0: when this
+	// router has requests of it in flight there).
+	Resident bool
 }
 
 // Endpoint is one engine (or one data-parallel rank of one) as the policy sees it.
@@ -68,6 +85,9 @@ type Request struct {
 	MaxTokens int
 	// SessionKey, when set, breaks ties so that one session stays on one endpoint.
 	SessionKey string
+	// LoRA is the request's LoRA adapter ("" for the base model). Its prefix is cached under
+	// the adapter's name, so Cached already counts only what was computed with it.
+	LoRA string
 	// TieBreak breaks ties when there is no session key: policyinput.TieBreak's hash of the whole
 	// prompt, so identical cold prompts land together, or a counter when there are no tokens.
 	TieBreak uint64
@@ -90,4 +110,9 @@ type Decision struct {
 	PrefillWork int
 	// PredictedTTFT (seconds) on the chosen endpoint.
 	PredictedTTFT float64
+	// AdapterCold is true for a LoRA request whose adapter was not known to be active on the
+	// chosen endpoint: its first token may wait for an adapter slot and a load. Its TTFT must
+	// not be fed to ObserveTTFT, whose model is the engine's prefill speed: fed, the waits make
+	// an engine that serves adapters look slow for every request (base-model ones too).
+	AdapterCold bool
 }

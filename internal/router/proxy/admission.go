@@ -99,7 +99,7 @@ func (s *Server) admitEarly(t *table, p admission.Priority, eligible func(*route
 // engine's bound, the fallbacks are tried in its order, charged the whole prompt (their cache is
 // not weighed again, as on a retry): a request is shed only when no engine can take it in time,
 // and when another can, d is rewritten to send it there.
-func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTokens int, p admission.Priority) error {
+func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTokens int, adapter string, p admission.Priority) error {
 	if s.admit == nil || d.Endpoint == "" {
 		return nil
 	}
@@ -145,7 +145,8 @@ func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTo
 			rest := append([]string{d.Endpoint}, d.Fallbacks[:k]...)
 			rest = append(rest, d.Fallbacks[k+1:]...)
 			*d = policy.Decision{Endpoint: f, Fallbacks: rest, Reason: d.Reason, Shape: d.Shape,
-				UncachedTokens: promptTokens, PrefillWork: work, PredictedTTFT: ttft}
+				UncachedTokens: promptTokens, PrefillWork: work, PredictedTTFT: ttft,
+				AdapterCold: adapter != "" && !l.LoRA.Resident}
 			return nil
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
+	"github.com/kvrouter/kvrouter/internal/router/policy"
 )
 
 // charge is a dispatched request's accounting on the route it went to: its share of the route's
@@ -49,6 +50,18 @@ type charge struct {
 func (s *Server) newCharge(rt *route, ticket *loadsignal.Ticket, predicted []kvindex.Key, work int, stream bool) *charge {
 	return &charge{s: s, rt: rt, h: s.outliers.route(rt.name, rt.ep.URL), ticket: ticket, predicted: predicted,
 		work: work, stream: stream, sent: s.now()}
+}
+
+// ttftWork is the work figure a decided request's TTFT is fed to the latency model with, or -1
+// when it must not be: a LoRA request whose adapter was not known to be active there may have
+// waited for an adapter slot and a load, which says nothing of the engine's prefill speed. It is
+// left out rather than fed less the predicted adapter cost: that cost is a rough price (the
+// slot wait especially), and its error would land in the model every request is routed by.
+func ttftWork(d policy.Decision) int {
+	if d.AdapterCold {
+		return -1
+	}
+	return d.PrefillWork
 }
 
 // predict records the request's blocks as predicted on route rt (index i of its table), except

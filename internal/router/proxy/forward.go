@@ -47,7 +47,8 @@ type exchange struct {
 	gpuHeld      []int         // per route: leading blocks of keys it held on GPU at the lookup
 	workTokens   int
 	promptTokens int
-	maxTokens    int // the request's output limit, or the policy's default
+	maxTokens    int    // the request's output limit, or the policy's default
+	lora         string // the request's LoRA adapter ("" for the base model)
 }
 
 // onceReader reads a byte slice once and then drops it.
@@ -89,7 +90,7 @@ func (x *exchange) run(t *table, d policy.Decision) {
 	s := x.s
 	name := d.Endpoint
 	uncached := d.UncachedTokens
-	work := d.PrefillWork
+	work := ttftWork(d)
 	ttft := d.PredictedTTFT
 	for attempt := 0; ; attempt++ {
 		i, ok := t.byName[name]
@@ -100,7 +101,7 @@ func (x *exchange) run(t *table, d policy.Decision) {
 		rt := &t.routes[i]
 		predicted := s.predict(rt, i, x.keys, x.gpuHeld)
 		deadline := s.ttfbDeadline(rt.name, ttft, x.stream, x.maxTokens, s.endpointStreams(rt.name))
-		res := x.attempt(s.newCharge(rt, s.tracker.Dispatch(name, uncached, x.workTokens), predicted, work, x.stream), deadline)
+		res := x.attempt(s.newCharge(rt, s.tracker.DispatchAdapter(name, x.lora, uncached, x.workTokens), predicted, work, x.stream), deadline)
 		if res == answered {
 			return
 		}

@@ -144,7 +144,7 @@ func (s *Server) route(t *table, header http.Header, req *inference, tokens []ui
 	rt.decision, rt.gpuHeld = s.pick(t, eps, rt.req, rt.keys)
 	s.metrics.decisionSeconds.Observe(s.now().Sub(start).Seconds())
 	s.countDecision(rt.decision)
-	if err := s.admitRouted(eps, &rt.decision, rt.req.PromptTokens, pri); err != nil {
+	if err := s.admitRouted(eps, &rt.decision, rt.req.PromptTokens, rt.req.LoRA, pri); err != nil {
 		return rt, err
 	}
 	if rt.decision.Endpoint == "" {
@@ -177,7 +177,7 @@ func (s *Server) policyRequest(header http.Header, req *inference, tokens []uint
 		promptTokens = len(req.body) / 4
 	}
 	preq := policy.Request{PromptTokens: promptTokens, Tokenized: tokenized, MaxTokens: req.maxTokens(),
-		TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load())}
+		TieBreak: policyinput.TieBreak(tokens, s.counters.requests.Load()), LoRA: req.lora}
 	if s.cfg.SessionHeader != "" {
 		preq.SessionKey = header.Get(s.cfg.SessionHeader)
 	}
@@ -196,7 +196,8 @@ func (s *Server) outputTokens(preq policy.Request) int {
 func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *inference, rt routing) *exchange {
 	out := s.outputTokens(rt.req)
 	return &exchange{s: s, w: w, r: r, body: req.body, path: r.URL.Path, stream: req.Stream, keys: rt.keys,
-		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out}
+		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out,
+		lora: rt.req.LoRA}
 }
 
 // tokens finds the request's exact token ids: in process when the router's own tokenizer is in
@@ -363,6 +364,13 @@ func (s *Server) pick(t *table, eps []policy.Endpoint, req policy.Request, keys 
 			}
 			eps[i].Cached = policyinput.Cached(m, bs)
 			gpuHeld[i] = m.Blocks[kvevents.MediumGPU]
+		}
+	}
+	if req.LoRA != "" {
+		lora := make([]policy.LoRAState, n)
+		s.tracker.FillLoRA(t.names, req.LoRA, lora)
+		for i := range eps {
+			eps[i].Load.LoRA = lora[i]
 		}
 	}
 	s.policyMu.Lock()

@@ -93,6 +93,7 @@ type Flight struct {
 	keys                     []kvindex.Key
 	gpuHeld                  []int
 	promptTokens, workTokens int
+	lora                     string // the request's LoRA adapter ("" for the base model)
 	stream                   bool
 	ended, done              bool
 }
@@ -154,10 +155,10 @@ func (s *Server) newFlight(t *table, header http.Header, req *inference, rt rout
 	d := rt.decision
 	i := t.byName[d.Endpoint]
 	r := &t.routes[i]
-	f := &Flight{s: s, t: t, keys: rt.keys, gpuHeld: rt.gpuHeld, promptTokens: rt.req.PromptTokens,
+	f := &Flight{s: s, t: t, keys: rt.keys, gpuHeld: rt.gpuHeld, promptTokens: rt.req.PromptTokens, lora: rt.req.LoRA,
 		workTokens: rt.req.PromptTokens + s.outputTokens(rt.req), stream: req.Stream}
-	f.c = s.newCharge(r, s.tracker.Dispatch(r.name, d.UncachedTokens, f.workTokens), s.predict(r, i, rt.keys, rt.gpuHeld),
-		d.PrefillWork, req.Stream)
+	f.c = s.newCharge(r, s.tracker.DispatchAdapter(r.name, rt.req.LoRA, d.UncachedTokens, f.workTokens), s.predict(r, i, rt.keys, rt.gpuHeld),
+		ttftWork(d), req.Stream)
 	order := []int{i}
 	for _, fb := range d.Fallbacks {
 		if j, ok := t.byName[fb]; ok && !s.outliers.isEjected(fb) {
@@ -268,7 +269,7 @@ func (f *Flight) Served(addr string) bool {
 	s.log.V(1).Info("the gateway served the request on another engine than picked; accounting moved", "picked", old.rt.name, "served", r.name)
 	// The cache there was not weighed for this request: the whole prompt is accounted, and its
 	// TTFT is not fed to the latency model (its work figure would be a guess).
-	f.c = s.newCharge(r, s.tracker.Dispatch(r.name, f.promptTokens, f.workTokens), s.predict(r, i, f.keys, gpuHeld), -1, f.stream)
+	f.c = s.newCharge(r, s.tracker.DispatchAdapter(r.name, f.lora, f.promptTokens, f.workTokens), s.predict(r, i, f.keys, gpuHeld), -1, f.stream)
 	f.c.sent = old.sent
 	return true
 }

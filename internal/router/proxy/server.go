@@ -307,6 +307,8 @@ func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker
 		now:       time.Now,
 	}
 	s.counters.decisions = make(map[string]uint64)
+	// An engine's adapters are kept across failed scrapes while it still takes requests.
+	tracker.SetLoRAForgetAfter(cfg.ScrapeFailuresUnready)
 	// Tokenize calls are short; they get their own pool so a slow stream never starves them.
 	s.tok = tokenize.New(&http.Client{Transport: transport.Clone()}, cfg.TokenizeTimeout, cfg.TokenizeCache)
 	s.tok.OnCall(s.tokenizeCalled)

@@ -51,6 +51,11 @@ type Config struct {
 	HashSeed *string
 	// EmitEvents records KV events in each StepResult.
 	EmitEvents bool
+	// MaxLoRAs is the GPU adapter slots (vLLM --max-loras); 0 disables LoRA, and adapters are
+	// then neither bounded nor loaded. LoRALoadTime (seconds) is what loading an adapter into a
+	// slot adds to the step that first runs it.
+	MaxLoRAs     int
+	LoRALoadTime float64
 	// OutputVocab, when not empty, are the ids the simulated model samples its output from (a
 	// real tokenizer's: see tokenizer.NewGeneratorOver); empty: the synthetic tokenizer's words.
 	OutputVocab []uint32
@@ -82,6 +87,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("profile %s leaves no memory for the KV cache", c.Profile.Name)
 	case c.MaxModelLen < 2:
 		return fmt.Errorf("max model length must be at least 2, got %d", c.MaxModelLen)
+	case c.MaxLoRAs < 0 || c.LoRALoadTime < 0:
+		return fmt.Errorf("max LoRAs and LoRA load time must not be negative, got %d and %v", c.MaxLoRAs, c.LoRALoadTime)
 	case c.Profile.TP < 1:
 		return fmt.Errorf("profile %q has no tensor-parallel size", c.Profile.Name)
 	}
@@ -133,6 +140,8 @@ type StepResult struct {
 	// Batch shape, for metrics and tests.
 	ScheduledTokens, Sequences int
 	PrefixQueries, PrefixHits  int
+	// LoRALoads is the adapters loaded into GPU slots for this step (each adds LoRALoadTime).
+	LoRALoads int
 }
 
 // Stats are the engine's gauges and counters.
@@ -149,6 +158,10 @@ type Stats struct {
 	PromptTokens     uint64  `json:"promptTokens"`
 	GenerationTokens uint64  `json:"generationTokens"`
 	Steps            uint64  `json:"steps"`
+	LoRALoads        uint64  `json:"loraLoads"`
+	// With LoRA on: the adapters of the running and of the waiting requests.
+	RunningLoRAs []string `json:"runningLoRAs,omitempty"`
+	WaitingLoRAs []string `json:"waitingLoRAs,omitempty"`
 }
 
 // Engine is one simulated vLLM engine.
@@ -160,6 +173,8 @@ type Engine struct {
 	byID   map[string]*Request
 	stats  Stats
 	scheds map[*scheduler.Request]*Request
+	// slots are the adapters resident in GPU slots, least recently used first.
+	slots []string
 }
 
 // New builds an engine with an empty cache at virtual time 0.
@@ -182,12 +197,14 @@ func (e *Engine) reset() error {
 	e.cache = kvcache.New(e.cfg.NumBlocks, e.cfg.BlockSize, e.cfg.EmitEvents)
 	e.sched, err = scheduler.New(scheduler.Config{
 		MaxNumSeqs: e.cfg.MaxNumSeqs, MaxNumBatchedTokens: e.cfg.MaxNumBatchedTokens, MaxModelLen: e.cfg.MaxModelLen,
+		MaxLoRAs: e.cfg.MaxLoRAs,
 	}, e.cache, h)
 	if err != nil {
 		return err
 	}
 	e.byID = make(map[string]*Request)
 	e.scheds = make(map[*scheduler.Request]*Request)
+	e.slots = nil
 	return nil
 }
 
@@ -247,6 +264,11 @@ func (e *Engine) Step() StepResult {
 	res.ScheduledTokens, res.Sequences = b.Tokens, len(out.Scheduled)
 	res.PrefixQueries, res.PrefixHits = out.PrefixQueries, out.PrefixHits
 	res.Duration = e.cfg.Profile.StepTime(b)
+	if e.cfg.MaxLoRAs > 0 {
+		res.LoRALoads = e.activate(out.Scheduled)
+		res.Duration += float64(res.LoRALoads) * e.cfg.LoRALoadTime
+		e.stats.LoRALoads += uint64(res.LoRALoads)
+	}
 	e.now += res.Duration
 
 	for _, sc := range out.Scheduled {
@@ -298,6 +320,56 @@ func (e *Engine) Step() StepResult {
 	return res
 }
 
+// activate makes the adapters of a step's batch resident, as vLLM's worker-side LRU adapter cache
+// does before the forward pass: an adapter already in a slot is only marked recently used; one
+// that is not takes a free slot or the least recently used adapter's that the batch does not use
+// (the scheduler never puts more than MaxLoRAs adapters in a batch, so there is always one). It
+// returns the number of adapters loaded.
+func (e *Engine) activate(batch []scheduler.Scheduled) int {
+	inBatch := map[string]bool{}
+	var order []string
+	for _, sc := range batch {
+		if l := sc.Req.LoRA; l != "" && !inBatch[l] {
+			inBatch[l] = true
+			order = append(order, l)
+		}
+	}
+	loads := 0
+	for _, l := range order {
+		if i := indexOf(e.slots, l); i >= 0 {
+			e.slots = append(e.slots[:i], e.slots[i+1:]...)
+		} else {
+			loads++
+			if len(e.slots) >= e.cfg.MaxLoRAs {
+				for j, v := range e.slots {
+					if !inBatch[v] {
+						e.slots = append(e.slots[:j], e.slots[j+1:]...)
+						break
+					}
+				}
+			}
+		}
+		e.slots = append(e.slots, l)
+	}
+	return loads
+}
+
+func indexOf(list []string, v string) int {
+	for i, x := range list {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// LoRAs reports the adapters of the running and of the waiting requests (vLLM's
+// running_lora_adapters and waiting_lora_adapters) and the adapters resident in GPU slots.
+func (e *Engine) LoRAs() (running, waiting, resident []string) {
+	running, waiting = e.sched.LoRAs()
+	return running, waiting, append([]string(nil), e.slots...)
+}
+
 // ResetPrefixCache clears the prefix cache (AllBlocksCleared in the next StepResult). Like vLLM
 // it fails while requests hold blocks.
 func (e *Engine) ResetPrefixCache() bool { return e.sched.ResetPrefixCache() }
@@ -328,6 +400,9 @@ func (e *Engine) Stats() Stats {
 	s.NumBlocks = e.cache.NumBlocks()
 	s.FreeBlocks = e.cache.NumFree()
 	s.CachedBlocks = e.cache.NumCached()
+	if e.cfg.MaxLoRAs > 0 {
+		s.RunningLoRAs, s.WaitingLoRAs = e.sched.LoRAs()
+	}
 	return s
 }
 

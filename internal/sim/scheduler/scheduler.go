@@ -25,6 +25,7 @@ package scheduler
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/kvrouter/kvrouter/internal/sim/blockhash"
 	"github.com/kvrouter/kvrouter/internal/sim/kvcache"
@@ -35,6 +36,9 @@ type Config struct {
 	MaxNumSeqs          int // running requests at most (vLLM --max-num-seqs)
 	MaxNumBatchedTokens int // tokens per step (vLLM --max-num-batched-tokens)
 	MaxModelLen         int // prompt + output tokens at most
+	// MaxLoRAs bounds the distinct LoRA adapters among running requests (vLLM --max-loras, the
+	// GPU adapter slots); 0 means no bound (LoRA disabled).
+	MaxLoRAs int
 }
 
 // Status of a request.
@@ -209,9 +213,18 @@ func (s *Scheduler) Schedule() Output {
 	}
 
 	// Admit waiting requests while there is budget, room and memory; never in a step that had to
-	// preempt (the cache is already short).
+	// preempt (the cache is already short). As in vLLM, a request whose adapter would be one too
+	// many for the batch's adapter slots is skipped (it keeps its place at the head of the queue)
+	// and the requests behind it may still be admitted.
+	loras := s.runningLoRAs()
+	var skipped []*Request
 	for len(out.Preempted) == 0 && len(s.waiting) > 0 && budget > 0 && len(s.running) < s.cfg.MaxNumSeqs {
 		r := s.waiting[0]
+		if r.LoRA != "" && s.cfg.MaxLoRAs > 0 && !loras[r.LoRA] && len(loras) >= s.cfg.MaxLoRAs {
+			skipped = append(skipped, r)
+			s.waiting = s.waiting[1:]
+			continue
+		}
 		s.extendHashes(r)
 		// The block holding the last token is never reused: its token must be computed to sample.
 		maxHit := (r.NumTokens() - 1) / bs
@@ -236,9 +249,49 @@ func (s *Scheduler) Schedule() Output {
 		}
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, r)
+		if r.LoRA != "" && loras != nil {
+			loras[r.LoRA] = true
+		}
 		out.Scheduled = append(out.Scheduled, s.plan(r, n))
 		budget -= n
 	}
+	if len(skipped) > 0 {
+		s.waiting = append(skipped, s.waiting...)
+	}
+	return out
+}
+
+// runningLoRAs is the set of adapters the running requests use; nil when adapters are not
+// bounded (no need to track them, and no allocation per step).
+func (s *Scheduler) runningLoRAs() map[string]bool {
+	if s.cfg.MaxLoRAs <= 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, r := range s.running {
+		if r.LoRA != "" {
+			out[r.LoRA] = true
+		}
+	}
+	return out
+}
+
+// LoRAs returns the distinct adapters of the running and of the waiting requests, sorted (what
+// vLLM reports as running_lora_adapters and waiting_lora_adapters).
+func (s *Scheduler) LoRAs() (running, waiting []string) {
+	return distinctLoRAs(s.running), distinctLoRAs(s.waiting)
+}
+
+func distinctLoRAs(reqs []*Request) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range reqs {
+		if r.LoRA != "" && !seen[r.LoRA] {
+			seen[r.LoRA] = true
+			out = append(out, r.LoRA)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

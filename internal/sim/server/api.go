@@ -24,6 +24,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -135,9 +136,14 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 		data = append(data, map[string]any{"id": n, "object": "model", "created": created, "owned_by": "vllm",
 			"root": s.opt.ModelPath, "parent": nil, "max_model_len": maxLen, "permission": []any{}})
 	}
-	for n, path := range s.opt.LoRAModules {
+	names := make([]string, 0, len(s.opt.LoRAModules))
+	for n := range s.opt.LoRAModules {
+		names = append(names, n)
+	}
+	sort.Strings(names) // a stable listing; vLLM lists adapters in the order they were loaded
+	for _, n := range names {
 		data = append(data, map[string]any{"id": n, "object": "model", "created": created, "owned_by": "vllm",
-			"root": path, "parent": s.opt.ServedModelNames[0], "max_model_len": maxLen, "permission": []any{}})
+			"root": s.opt.LoRAModules[n], "parent": s.opt.ServedModelNames[0], "max_model_len": maxLen, "permission": []any{}})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,13 @@ type Settings struct {
 	IntHashes       bool
 	LegacyReplay    bool
 	LoRAModules     map[string]string
-	APIKeys         []string
+	// EnableLoRA is vLLM's --enable-lora; MaxLoRAs, MaxCPULoRAs and MaxLoRARank its adapter
+	// limits (the GPU slots are Engine.MaxLoRAs once LoRA is on).
+	EnableLoRA  bool
+	MaxLoRAs    int
+	MaxCPULoRAs int
+	MaxLoRARank int
+	APIKeys     []string
 	// TokenizerDir is vLLM's --tokenizer: a directory holding the model's tokenizer.json (and
 	// tokenizer_config.json); empty: the synthetic tokenizer.
 	TokenizerDir string
@@ -173,8 +180,17 @@ var flagTable = []flagDef{
 		help: `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",` + "\n" +
 			` "replay_endpoint":"tcp://*:5558","topic":"...","hwm":100000,"buffer_steps":10000}`,
 		set: func(s *Settings, v value) error { return s.KVEvents.parse(v.str) }},
-	{name: "lora-modules", kind: listKind, arg: "name=path...", help: "LoRA adapters accepted as model names",
-		set: setLoRAModules},
+	{name: "lora-modules", kind: listKind, arg: "name=path...",
+		help: "LoRA adapters accepted as model names (or {\"name\":..,\"path\":..});\nneeds --enable-lora",
+		set:  setLoRAModules},
+	{name: "enable-lora", kind: boolKind, help: "serve LoRA adapters (bounded GPU adapter slots, see --max-loras)",
+		set: func(s *Settings, v value) error { s.EnableLoRA = v.on; return nil }},
+	{name: "max-loras", kind: intKind, def: "1", arg: "N", help: "distinct adapters in a batch, the GPU adapter slots (default 1)",
+		set: func(s *Settings, v value) error { s.MaxLoRAs = v.num; return nil }},
+	{name: "max-cpu-loras", kind: intKind, arg: "N", help: "adapters kept in host memory (default --max-loras); checked, not modelled",
+		set: func(s *Settings, v value) error { s.MaxCPULoRAs = v.num; return nil }},
+	{name: "max-lora-rank", kind: intKind, def: "16", arg: "R", help: "largest adapter rank (default 16); checked, not modelled",
+		set: func(s *Settings, v value) error { s.MaxLoRARank = v.num; return nil }},
 	{name: "data-parallel-rank", kind: intKind, arg: "R", help: "offsets KV event ports by R and sets the batch's rank",
 		set: func(s *Settings, v value) error { s.DataParallelRank = v.num; return nil }},
 	{name: "api-key", kind: listKind, arg: "K...",
@@ -195,6 +211,9 @@ var flagTable = []flagDef{
 		set: func(s *Settings, v value) (err error) { s.Encoding, err = kvpublish.ParseEncoding(v.str); return err }},
 	{name: "legacy-replay", sim: true, kind: boolKind, help: "answer replays without the topic frame (vLLM <= ~0.23, SGLang)",
 		set: func(s *Settings, v value) error { s.LegacyReplay = v.on; return nil }},
+	{name: "lora-load-time", sim: true, kind: floatKind, def: "0.025", arg: "S",
+		help: "seconds to load an adapter into a GPU slot, added to the step that first\nruns it (default 0.025: a rank-16 adapter from host memory)",
+		set:  func(s *Settings, v value) error { s.Engine.LoRALoadTime = v.float; return nil }},
 	{name: "engines", sim: true, kind: intKind, def: "1", arg: "N",
 		help: "host N engines: engine i serves HTTP on port+i and KV events on the\nevent/replay ports + i*stride; \"{engine}\" in the topic becomes i",
 		set:  func(s *Settings, v value) error { s.Engines = v.num; return nil }},
@@ -350,6 +369,7 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 	s.DevMode = dev == "1"
 	ints, _ := lookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES")
 	s.IntHashes = ints != "0"
+	errs = append(errs, s.resolveLoRA()...)
 	switch {
 	case s.Engines < 1:
 		errs = append(errs, errors.New("--engines must be at least 1"))
@@ -360,6 +380,36 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 	case s.Faults.TokenizeFailFraction < 0 || s.Faults.TokenizeFailFraction > 1:
 		errs = append(errs, errors.New("--fault-tokenize-fail-fraction must be within [0, 1]"))
 	}
+	return errs
+}
+
+// vLLM's accepted --max-lora-rank values.
+var loraRanks = []int{1, 8, 16, 32, 64, 128, 256, 320, 512}
+
+// resolveLoRA checks the LoRA flags as vLLM does and turns the adapter slots on.
+func (s *Settings) resolveLoRA() []error {
+	var errs []error
+	if s.Engine.LoRALoadTime < 0 {
+		errs = append(errs, fmt.Errorf("--lora-load-time must not be negative, got %v", s.Engine.LoRALoadTime))
+	}
+	if !s.EnableLoRA {
+		if len(s.LoRAModules) > 0 {
+			errs = append(errs, errors.New("--lora-modules needs --enable-lora (vLLM refuses adapters when LoRA is not enabled)"))
+		}
+		return errs
+	}
+	if s.MaxLoRAs < 1 {
+		errs = append(errs, fmt.Errorf("--max-loras must be at least 1, got %d", s.MaxLoRAs))
+	}
+	if s.MaxCPULoRAs == 0 {
+		s.MaxCPULoRAs = s.MaxLoRAs
+	} else if s.MaxCPULoRAs < s.MaxLoRAs {
+		errs = append(errs, fmt.Errorf("--max-cpu-loras (%d) must be at least --max-loras (%d)", s.MaxCPULoRAs, s.MaxLoRAs))
+	}
+	if !slices.Contains(loraRanks, s.MaxLoRARank) {
+		errs = append(errs, fmt.Errorf("--max-lora-rank must be one of %v, got %d", loraRanks, s.MaxLoRARank))
+	}
+	s.Engine.MaxLoRAs = max(0, s.MaxLoRAs)
 	return errs
 }
 

@@ -80,7 +80,7 @@ func TestOperatorCommandLine(t *testing.T) {
 }
 
 func TestArgForms(t *testing.T) {
-	s := mustParse(t, "serve", "my/model", "--served-model-name", "a", "b", "-tp", "4", "--lora-modules", "x=/p", `{"name":"y","path":"/q"}`)
+	s := mustParse(t, "serve", "my/model", "--served-model-name", "a", "b", "-tp", "4", "--enable-lora", "--lora-modules", "x=/p", `{"name":"y","path":"/q"}`)
 	if s.Model != "my/model" || fmt.Sprint(s.ServedModelNames) != "[a b]" || s.Engine.Profile.TP != 4 || s.LoRAModules["x"] != "/p" || s.LoRAModules["y"] != "/q" {
 		t.Fatalf("%+v", s)
 	}
@@ -187,7 +187,13 @@ func TestEveryFlag(t *testing.T) {
 			func(s *Settings) any { return s.KVEvents },
 			KVEventsConfig{Enable: true, Publisher: "zmq", Endpoint: "tcp://*:5557", Topic: "t", HWM: &hwm, BufferSteps: 3, MaxQueueSize: 4}},
 		{[]string{"--kv-events-config", `{"enable_kv_cache_events":true,"publisher":"null"}`}, func(s *Settings) any { return s.KVEvents.Enabled() }, false},
-		{[]string{"--lora-modules", "a=/x", `{"name":"b","path":"/y"}`}, func(s *Settings) any { return s.LoRAModules }, map[string]string{"a": "/x", "b": "/y"}},
+		{[]string{"--enable-lora", "--lora-modules", "a=/x", `{"name":"b","path":"/y"}`}, func(s *Settings) any { return s.LoRAModules }, map[string]string{"a": "/x", "b": "/y"}},
+		{[]string{"--enable-lora"}, func(s *Settings) any { return []int{s.Engine.MaxLoRAs, s.MaxCPULoRAs, s.MaxLoRARank} }, []int{1, 1, 16}},
+		{[]string{"--max-loras", "4"}, func(s *Settings) any { return s.Engine.MaxLoRAs }, 0}, // LoRA off: no slots
+		{[]string{"--enable-lora", "--max-loras", "4"}, func(s *Settings) any { return []int{s.Engine.MaxLoRAs, s.MaxCPULoRAs} }, []int{4, 4}},
+		{[]string{"--enable-lora", "--max-cpu-loras", "8"}, func(s *Settings) any { return s.MaxCPULoRAs }, 8},
+		{[]string{"--enable-lora", "--max-lora-rank", "64"}, func(s *Settings) any { return s.MaxLoRARank }, 64},
+		{[]string{"--lora-load-time", "0.1"}, func(s *Settings) any { return s.Engine.LoRALoadTime }, 0.1},
 		{[]string{"--data-parallel-rank", "3"}, func(s *Settings) any { return s.DataParallelRank }, 3},
 		{[]string{"--api-key", "k1", "--api-key", "k2"}, func(s *Settings) any { return s.APIKeys }, []string{"k1", "k2"}},
 		{[]string{"--tokenizer", "/models/llama"}, func(s *Settings) any { return s.TokenizerDir }, "/models/llama"},
@@ -251,6 +257,11 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"--kv-events-encoding", "cbor"}, `unknown KV event encoding "cbor" (want map or array)`},
 		{[]string{"--kv-events-config", `{"publisher":"kafka"}`}, `--kv-events-config: publisher "kafka" is not supported (zmq or null)`},
 		{[]string{"--lora-modules", "nameonly"}, `--lora-modules: "nameonly" is neither name=path nor JSON`},
+		{[]string{"--lora-modules", "a=/x"}, "--lora-modules needs --enable-lora (vLLM refuses adapters when LoRA is not enabled)"},
+		{[]string{"--enable-lora", "--max-loras", "0"}, "--max-loras must be at least 1, got 0"},
+		{[]string{"--enable-lora", "--max-loras", "4", "--max-cpu-loras", "2"}, "--max-cpu-loras (2) must be at least --max-loras (4)"},
+		{[]string{"--enable-lora", "--max-lora-rank", "7"}, "--max-lora-rank must be one of [1 8 16 32 64 128 256 320 512], got 7"},
+		{[]string{"--lora-load-time", "-1"}, "--lora-load-time must not be negative, got -1"},
 		{[]string{"--log-level", "loud"}, `--log-level: slog: level string "loud": unknown name`},
 		{[]string{"--sim-profile", "h100-llama-3.1-8b-tp1", "-tp", "2"}, "--sim-profile h100-llama-3.1-8b-tp1 is for TP 1, but --tensor-parallel-size is 2"},
 		{[]string{"m1", "m2", "m3"}, "unexpected arguments: m2 m3"},

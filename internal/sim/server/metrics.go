@@ -18,6 +18,8 @@ package server
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,6 +39,10 @@ type metrics struct {
 	ttft, itl, e2e, queue     *prometheus.HistogramVec
 	promptLen, genLen         *prometheus.HistogramVec
 	labels                    prometheus.Labels
+	// loraInfo is vllm:lora_requests_info, nil unless LoRA is on.
+	loraInfo *prometheus.GaugeVec
+	maxLoRA  string
+	now      func() time.Time
 }
 
 // vLLM's bucket boundaries.
@@ -98,6 +104,16 @@ func newMetrics(model string, cfg engine.Config, hashAlgo string, prefixCaching 
 		[]string{"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "num_gpu_blocks", "prefix_caching_hash_algo", "engine"})
 	info.WithLabelValues(strconv.Itoa(cfg.BlockSize), "auto", pyBool(prefixCaching),
 		strconv.FormatFloat(cfg.GPUMemoryUtilization, 'f', -1, 64), strconv.Itoa(cfg.NumBlocks), hashAlgo, "0").Set(1)
+	if cfg.MaxLoRAs > 0 {
+		// As vLLM: one series per combination of adapters, whose value is the time it was last
+		// set (prometheus_client's set_to_current_time); series of old combinations stay, so a
+		// reader takes the newest.
+		m.loraInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vllm:lora_requests_info", Help: "Running stats on lora requests."},
+			[]string{"max_lora", "waiting_lora_adapters", "running_lora_adapters"})
+		m.maxLoRA, m.now = strconv.Itoa(cfg.MaxLoRAs), time.Now
+		m.reg.MustRegister(m.loraInfo)
+		m.observeLoRA(nil, nil)
+	}
 	m.reg.MustRegister(m.running, m.waiting, m.kvUsage, m.prefixQueries, m.prefixHits, m.preemptions,
 		m.promptTokens, m.genTokens, m.success, m.ttft, m.itl, m.e2e, m.queue, m.promptLen, m.genLen, info)
 	// Create the series up front so that scrapers see zeros before the first request.
@@ -132,6 +148,20 @@ func (m *metrics) observeStep(res engine.StepResult, st engine.Stats) {
 	if n := len(res.Preempted); n > 0 {
 		m.preemptions.With(m.labels).Add(float64(n))
 	}
+	if m.loraInfo != nil {
+		m.observeLoRA(st.RunningLoRAs, st.WaitingLoRAs)
+	}
+}
+
+// observeLoRA sets the series of the current adapter sets to the current time and, as vLLM
+// does, leaves the series of earlier sets on the page: vLLM's PrometheusStatLogger only calls
+// labels(...).set_to_current_time() on its lora_requests_info gauge and never removes a label
+// set, so a long-running engine's page grows with every new set (tens of bytes per request).
+// The simulator keeps that growth on purpose: the router must cope with the pages real engines
+// serve (loadsignal reads the newest series and bounds what it keeps, not what it reads).
+func (m *metrics) observeLoRA(running, waiting []string) {
+	m.loraInfo.WithLabelValues(m.maxLoRA, strings.Join(waiting, ","), strings.Join(running, ",")).
+		Set(float64(m.now().UnixNano()) / 1e9)
 }
 
 func (m *metrics) observeFinished(r *engine.Request, reason string) {

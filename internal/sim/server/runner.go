@@ -100,6 +100,7 @@ type Server struct {
 	log  *slog.Logger
 	tok  textTokenizer
 	met  *metrics
+	lag  *stepLag
 	wake chan struct{}
 
 	mu       sync.Mutex // guards eng, inflight, faults, anchors
@@ -163,6 +164,7 @@ func New(eng *engine.Engine, opt Options) *Server {
 		faults:   opt.Faults,
 		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)),
 	}
+	s.lag = newStepLag(s.met.reg, time.Now)
 	if opt.RealTokenizer != nil {
 		s.tok = hfTokenizer{opt.RealTokenizer}
 	}
@@ -210,7 +212,7 @@ func (s *Server) Run(ctx context.Context) {
 		// The step "runs on the GPU" for its duration; its results appear at its end. Sleeps
 		// shorter than a timer tick are skipped: the anchor is cumulative, so a later sleep makes
 		// up for them, and tiny timers would make a high time scale wait on timer latency instead.
-		if d := time.Until(wait); d > minSleep {
+		if d := -s.lag.stepDone(wait, res.Duration, s.opt.TimeScale); d > minSleep {
 			select {
 			case <-ctx.Done():
 				return
@@ -219,6 +221,7 @@ func (s *Server) Run(ctx context.Context) {
 		} else if d < -50*time.Millisecond {
 			// The host cannot keep up with the time scale: let virtual time run slower rather
 			// than rush through a backlog of steps.
+			s.lag.writeOff(-d)
 			s.mu.Lock()
 			s.wallAnchor, s.virtAnchor = time.Now(), end
 			s.mu.Unlock()
@@ -275,6 +278,13 @@ func (s *Server) submit(r *engine.Request, reason string) (*flight, error) {
 	}
 	if err := s.eng.Submit(r); err != nil {
 		return nil, err
+	}
+	// While a step runs, the engine's clock already reads the step's end; the request arrived
+	// at the wall clock's virtual time, as vLLM stamps arrival when the request comes in, not when
+	// the running step finishes. Without this, TTFT, queue time and E2E in /metrics would leave
+	// out up to one step that every client measures.
+	if now := s.virtualNow(); now < r.Arrival {
+		r.Arrival = now
 	}
 	// The engine stops a request at MaxTokens outputs or at the context length, whichever comes
 	// first; sizing by the second keeps a huge MaxTokens from sizing the channel.
