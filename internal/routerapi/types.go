@@ -125,6 +125,23 @@ type Endpoint struct {
 	// Events is the health of the endpoint's KV-event stream(s); absent when the endpoint
 	// publishes no events.
 	Events *EventHealth `json:"events,omitempty"`
+	// LoRA is what the router knows of the engine's LoRA adapter slots; absent when the engine
+	// reports none and no adapter request went there.
+	LoRA *LoRAState `json:"lora,omitempty"`
+}
+
+// LoRAState is an engine's LoRA adapters as the router weighs them (docs/router.md).
+type LoRAState struct {
+	// Slots is the engine's --max-loras from vllm:lora_requests_info; 0 while unknown.
+	Slots int `json:"slots"`
+	// Running and Waiting are the adapters of its running and waiting requests, as scraped.
+	Running []string `json:"running,omitempty"`
+	Waiting []string `json:"waiting,omitempty"`
+	// Loaded are the adapters the router believes in its GPU slots, most recent first: vLLM
+	// keeps them loaded after their requests end, when its metric no longer lists them.
+	Loaded []string `json:"loaded,omitempty"`
+	// Error says why a vllm:lora_requests_info on the engine's page was not used.
+	Error string `json:"error,omitempty"`
 }
 
 // Suspect is an endpoint's ejection as unresponsive.

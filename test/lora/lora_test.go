@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/router/proxy"
+	"github.com/kvrouter/kvrouter/internal/routerapi"
 	"github.com/kvrouter/kvrouter/test/fleettest"
 )
 
@@ -101,6 +102,20 @@ func TestRequestsOfAnAdapterStayWithIt(t *testing.T) {
 	if len(top) != 2 || top["sql"] == top["chat"] {
 		t.Errorf("both adapters mostly on one engine with a single adapter slot: %v", served)
 	}
+	// What the router weighed is on /v1/status: every engine's one slot, scraped, and each
+	// adapter believed loaded on some engine.
+	r.WaitStatus(t, "every engine's adapter slots and both adapters loaded", func(st routerapi.Status) bool {
+		loaded := map[string]bool{}
+		for _, e := range st.Endpoints {
+			if e.LoRA == nil || e.LoRA.Slots != 1 || e.LoRA.Error != "" {
+				return false
+			}
+			for _, a := range e.LoRA.Loaded {
+				loaded[a] = true
+			}
+		}
+		return len(st.Endpoints) == 4 && loaded["sql"] && loaded["chat"]
+	})
 }
 
 // complete sends one completion for model through the router and returns the engine that

@@ -204,3 +204,20 @@ func TestFillLoRAUnreportedKeepsTheLastAdapter(t *testing.T) {
 		t.Fatalf("chat after its request on a: %+v", got)
 	}
 }
+
+// Stats shows the adapters believed loaded, most recent first, as many as the engine's slots
+// (one while they are unknown).
+func TestStatsLoadedAdapters(t *testing.T) {
+	tr := NewTracker()
+	for _, a := range []string{"a", "b", "c"} {
+		tr.DispatchAdapter("e", a, 10, 20).Done()
+	}
+	if got := tr.Stats("e").LoadedAdapters; !reflect.DeepEqual(got, []string{"c"}) {
+		t.Fatalf("slots unknown: %v, want [c]", got)
+	}
+	tr.RecordScrape("e", EngineMetrics{LoRA: LoRAInfo{Reported: true, MaxLoRAs: 2, Running: []string{"b"}}}, time.Unix(1, 0))
+	st := tr.Stats("e")
+	if !reflect.DeepEqual(st.LoadedAdapters, []string{"b", "c"}) || st.LoRA.MaxLoRAs != 2 {
+		t.Fatalf("two slots, b scraped running: %+v", st)
+	}
+}

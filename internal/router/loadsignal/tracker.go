@@ -373,6 +373,12 @@ type EndpointStats struct {
 	HitRate              float64
 	HitRateOK            bool
 	PreemptionsPerMinute float64
+	// LoRA is the engine's last good vllm:lora_requests_info (kept across failed scrapes until
+	// the endpoint is unready); LoadedAdapters the adapters the router believes in its GPU
+	// slots, most recent first (see FillLoRA: vLLM keeps adapters loaded after their requests
+	// end, and its metric then no longer lists them).
+	LoRA           LoRAInfo
+	LoadedAdapters []string
 }
 
 // Stats returns ep's stats.
@@ -394,6 +400,14 @@ func (t *Tracker) Stats(ep string) EndpointStats {
 		ScrapeError:         s.scrapeErr,
 		ScrapeErrors:        s.scrapeErrors,
 		FailStreak:          s.failStreak,
+		LoRA:                s.lora,
+	}
+	slots := s.lora.MaxLoRAs
+	if !s.lora.Reported {
+		slots = 1 // vLLM has one slot at least (as FillLoRA assumes)
+	}
+	for i := len(s.recent) - 1; i >= 0 && i >= len(s.recent)-slots; i-- {
+		st.LoadedAdapters = append(st.LoadedAdapters, s.recent[i])
 	}
 	if n := len(s.samples); n >= 2 {
 		first, last := s.samples[0], s.samples[n-1]

@@ -157,6 +157,10 @@ func (s *Server) Status() routerapi.Status {
 		if ready {
 			st.ReadyEndpoints++
 		}
+		if l := ls.LoRA; l.Reported || l.Err != "" || len(ls.LoadedAdapters) > 0 {
+			e.LoRA = &routerapi.LoRAState{Slots: l.MaxLoRAs, Running: l.Running, Waiting: l.Waiting,
+				Loaded: ls.LoadedAdapters, Error: l.Err}
+		}
 		if o := s.outliers.info(rt.name); o.ejections > 0 {
 			e.Ejections = o.ejections
 			if o.ejected {
