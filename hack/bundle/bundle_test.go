@@ -32,6 +32,8 @@ import (
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/api/pkg/validation"
 	interfaces "github.com/operator-framework/api/pkg/validation/interfaces"
+
+	"github.com/kvrouter/kvrouter/hack/internal/gen"
 )
 
 const (
@@ -137,7 +139,7 @@ func TestValidationCatchesBrokenBundles(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	if err := write(out, fs); err != nil {
+	if err := gen.WriteTree(out, bundleDir, fs); err != nil {
 		t.Fatal(err)
 	}
 	findings, err := validateBundle(filepath.Join(out, bundleDir), filepath.Join(out, bundleDocker))

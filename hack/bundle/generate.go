@@ -34,11 +34,10 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
+	"github.com/kvrouter/kvrouter/hack/internal/gen"
 	"github.com/kvrouter/kvrouter/internal/operator/render"
 )
 
@@ -97,7 +96,7 @@ func generate(configDir, csvVersion string) (files, error) {
 		return nil, err
 	}
 
-	objs, err := kustomizeBuild(manifestsDir)
+	objs, err := gen.KustomizeBuild(manifestsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +104,7 @@ func generate(configDir, csvVersion string) (files, error) {
 	if err != nil {
 		return nil, err
 	}
-	samples, err := kustomizeBuild(filepath.Join(configDir, "samples"))
+	samples, err := gen.KustomizeBuild(filepath.Join(configDir, "samples"))
 	if err != nil {
 		return nil, err
 	}
@@ -188,29 +187,6 @@ func readStrict(path string, v any) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
-}
-
-// kustomizeBuild runs `kustomize build dir` in process (the kustomize release pinned in
-// hack/tools builds the same) and returns the objects in kustomize's order.
-func kustomizeBuild(dir string) ([]*unstructured.Unstructured, error) {
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range rm.Resources() {
-		// Through JSON, so that numbers are int64 as everywhere in apimachinery.
-		b, err := r.MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
-		}
-		out = append(out, u)
-	}
-	return out, nil
 }
 
 // almExamples turns the samples into the alm-examples annotation (without their namespaces: the

@@ -23,7 +23,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
+
+	"github.com/kvrouter/kvrouter/hack/internal/gen"
 )
 
 func main() {
@@ -33,28 +34,10 @@ func main() {
 	flag.Parse()
 	fs, err := generate(*configDir, *version)
 	if err == nil {
-		err = write(*out, fs)
+		err = gen.WriteTree(*out, bundleDir, fs)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bundle:", err)
 		os.Exit(1)
 	}
-}
-
-// write replaces bundle/ under dir with fs, so that manifests the config no longer produces go
-// away, and writes bundle.Dockerfile.
-func write(dir string, fs files) error {
-	if err := os.RemoveAll(filepath.Join(dir, bundleDir)); err != nil {
-		return err
-	}
-	for _, name := range sortedKeys(fs) {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, fs[name], 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -17,7 +17,6 @@ limitations under the License.
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,9 +25,9 @@ import (
 	"unicode"
 
 	"github.com/blang/semver/v4"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/hack/internal/gen"
 )
 
 const (
@@ -373,27 +372,19 @@ func parseImage(key, env string, v any) (imageValue, error) {
 	return img, nil
 }
 
-// kustomizeBuild runs `kustomize build dir` in process (the release pinned in hack/tools builds
-// the same) and returns the objects in kustomize's order.
+// kustomizeBuild is gen.KustomizeBuild with the objects as plain maps, which the
+// templater edits in place; every object has a kind and a name.
 func kustomizeBuild(dir string) ([]object, error) {
-	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	us, err := gen.KustomizeBuild(dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+		return nil, err
 	}
-	var out []object
-	for _, r := range rm.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
-		}
-		var o object
-		if err := json.Unmarshal(b, &o); err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
-		}
-		if _, ok := o["kind"].(string); !ok || name(o) == "" {
+	out := make([]object, 0, len(us))
+	for _, u := range us {
+		if u.GetKind() == "" || u.GetName() == "" {
 			return nil, fmt.Errorf("kustomize build %s: an object without kind or name", dir)
 		}
-		out = append(out, o)
+		out = append(out, u.Object)
 	}
 	return out, nil
 }

@@ -26,7 +26,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+
+	"github.com/kvrouter/kvrouter/hack/internal/gen"
 )
 
 func main() {
@@ -36,32 +37,10 @@ func main() {
 	flag.Parse()
 	files, err := generate(*configDir, *version)
 	if err == nil {
-		err = write(*out, files)
+		err = gen.WriteTree(*out, ".", files)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helmchart:", err)
 		os.Exit(1)
 	}
-}
-
-// write replaces dir with files, so that a template whose object left config/ goes away.
-func write(dir string, files map[string][]byte) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, files[name], 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
