@@ -133,6 +133,13 @@ bench: ## Simulate every workload in bench/workloads through every policy (out/b
 	$(GO) build -o $(BIN)/ ./cmd/kvbench
 	$(BIN)/kvbench simulate --traces $(TRACES) --out $(BENCH_OUT) $(BENCH_WORKLOADS)
 
+PD_POLICIES ?= kvrouter,kvrouter-pd,kvrouter-pd-always,kvrouter-pd-threshold,dynamo-pd,llmd-pd,prodstack-pd,round-robin
+
+.PHONY: bench-pd
+bench-pd: ## Simulate the disaggregated (P/D) workloads bench/workloads/pd-*.yaml with kvrouter's and the peers' P/D policies (out/bench/).
+	$(GO) build -o $(BIN)/ ./cmd/kvbench
+	$(BIN)/kvbench simulate --policies $(PD_POLICIES) --out $(BENCH_OUT) $(wildcard bench/workloads/pd-*.yaml)
+
 # ARGS for bench-compare: -quick (seconds; what CI runs), -rounds N, -block-sizes 16,64, -workloads shared,disjoint,hot.
 ARGS ?=
 

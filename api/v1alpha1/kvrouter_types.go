@@ -31,6 +31,10 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.gateway.mode) || self.gateway.mode != 'InferencePool' || !has(self.router) || !has(self.router.apiKeySecret) || (has(self.gateway.failureMode) && self.gateway.failureMode == 'FailClose')",message="spec.router.apiKeySecret with spec.gateway.mode: InferencePool needs spec.gateway.failureMode: FailClose: with FailOpen the Gateway forwards requests to the engines without asking the router whenever it cannot reach it, skipping the router's key check; set FailClose, or authenticate at the Gateway or with spec.engine.apiKeySecret instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.model.loras) || size(self.model.loras) == 0 || !has(self.engine.extraArgs) || !self.engine.extraArgs.exists(a, a.matches('^--((no[-_])?enable[-_]lora|lora[-_]modules|max[-_]loras|max[-_]lora[-_]rank)(=.*)?$'))",message="with spec.model.loras, spec.engine.extraArgs must not set --enable-lora, --lora-modules, --max-loras or --max-lora-rank: the operator sets them from spec.model.loras, maxLoras and maxLoraRank"
 // +kubebuilder:validation:XValidation:rule="!has(self.router) || !has(self.router.tokenizer) || !has(self.router.tokenizer.fromCacheVolume) || !self.router.tokenizer.fromCacheVolume || (has(self.model.cachePVC) && size(self.model.cachePVC) > 0)",message="spec.router.tokenizer.fromCacheVolume needs spec.model.cachePVC: it mounts that claim in the router pods; set cachePVC, or let the router fetch the tokenizer from the Hub"
+// +kubebuilder:validation:XValidation:rule="!has(self.disaggregation) || !has(self.engine.extraArgs) || !self.engine.extraArgs.exists(a, a.matches('^--kv[-_]transfer[-_]config([.=].*)?$'))",message="with spec.disaggregation, spec.engine.extraArgs must not set --kv-transfer-config, nor one of its fields (--kv-transfer-config.KEY): the operator sets it from spec.disaggregation.connector"
+// +kubebuilder:validation:XValidation:rule="!has(self.disaggregation) || !has(self.engine.extraArgs) || !self.engine.extraArgs.exists(a, a.matches('^(--data[-_]parallel[-_]size([-_]local)?|-dpl?)(=.*)?$') && !a.matches('=0*1$'))",message="with spec.disaggregation, spec.engine.extraArgs must not set --data-parallel-size or --data-parallel-size-local (-dp, -dpl) other than =1: each data-parallel rank listens on its own side-channel port (spec.disaggregation.sideChannelPort + rank), which the operator does not open; run the ranks as replicas (spec.engine.replicas) instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.disaggregation) || !has(self.disaggregation.sideChannelPort) || !has(self.engine.nodesPerReplica) || self.engine.nodesPerReplica <= 1 || self.disaggregation.sideChannelPort != 29501",message="spec.disaggregation.sideChannelPort must not be 29501 when spec.engine.nodesPerReplica > 1: vLLM's multi-node rendezvous (--master-port) listens there on the leader"
+// +kubebuilder:validation:XValidation:rule="!has(self.disaggregation) || !has(self.engine.env) || !self.engine.env.exists(e, e.name in ['VLLM_NIXL_SIDE_CHANNEL_HOST', 'VLLM_NIXL_SIDE_CHANNEL_PORT'])",message="with spec.disaggregation, spec.engine.env must not set VLLM_NIXL_SIDE_CHANNEL_HOST or VLLM_NIXL_SIDE_CHANNEL_PORT: the operator sets them from the pod IP and spec.disaggregation.sideChannelPort"
 type KVRouterSpec struct {
 	// Model is what the engines load and the name clients use.
 	Model ModelSpec `json:"model"`
@@ -67,6 +71,224 @@ type KVRouterSpec struct {
 	// nothing is rendered for Prometheus.
 	// +optional
 	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
+
+	// Disaggregation splits the engines into a prefill pool and a decode pool that pass KV
+	// blocks through a vLLM KV connector; the router decides per request whether to split it
+	// (docs/disaggregation.md). The decode pool is sized by spec.engine.replicas (and scaled by
+	// spec.autoscaling, and by the scale subresource), the prefill pool by
+	// spec.disaggregation.prefill. Absent: one aggregated engine pool, as before.
+	// +optional
+	Disaggregation *DisaggregationSpec `json:"disaggregation,omitempty"`
+}
+
+// KVConnector is the vLLM KV connector the two pools pass KV blocks with.
+// +kubebuilder:validation:Enum=NixlConnector;LMCacheConnectorV1
+type KVConnector string
+
+const (
+	// ConnectorNixl is vLLM's NixlConnector: the decode engine pulls the prefill engine's blocks
+	// over NIXL (UCX underneath), after a handshake on the side-channel port.
+	ConnectorNixl KVConnector = "NixlConnector"
+	// ConnectorLMCache is LMCache's connector for vLLM v1 (LMCacheConnectorV1). Refused for now:
+	// its disaggregated prefill is a push (the prefill engine writes the KV into a decode engine
+	// named in the prefill request, then notifies the proxy over ZMQ) with a sender configuration
+	// on the prefill pool and a receiver configuration on the decode pool, and neither the router
+	// nor the operator implements that yet. The value stays in the enum so that the refusal says
+	// why instead of listing the supported values.
+	ConnectorLMCache KVConnector = "LMCacheConnectorV1"
+)
+
+// DisaggregationMode says when the router splits a request into a prefill and a decode leg.
+// +kubebuilder:validation:Enum=Auto;Always;Never;Threshold
+type DisaggregationMode string
+
+const (
+	// DisaggregationAuto splits a request when the measured costs say it pays: the KV transfer
+	// costs less than the decode wait it saves.
+	DisaggregationAuto DisaggregationMode = "Auto"
+	// DisaggregationAlways splits every request a prefill engine can take.
+	DisaggregationAlways DisaggregationMode = "Always"
+	// DisaggregationNever serves every request whole (both pools serve whole requests).
+	DisaggregationNever DisaggregationMode = "Never"
+	// DisaggregationThreshold splits a request whose uncached prompt is at least thresholdTokens.
+	DisaggregationThreshold DisaggregationMode = "Threshold"
+)
+
+// WholeRequestsOn says which pools serve the requests the router does not split.
+// +kubebuilder:validation:Enum=Any;Decode
+type WholeRequestsOn string
+
+const (
+	// WholeOnAny: any engine, prefill pool included, so a split fleet is never worse than an
+	// aggregated fleet of the same GPUs.
+	WholeOnAny WholeRequestsOn = "Any"
+	// WholeOnDecode: decode-pool engines only (what llm-d and Dynamo do).
+	WholeOnDecode WholeRequestsOn = "Decode"
+)
+
+// KVTransport is the network the KV blocks cross between the pools.
+// +kubebuilder:validation:Enum=RDMA;RoCE;NVLink;TCP
+type KVTransport string
+
+const (
+	// TransportRDMA is InfiniBand (or another RDMA fabric) between nodes.
+	TransportRDMA KVTransport = "RDMA"
+	// TransportRoCE is RDMA over Converged Ethernet.
+	TransportRoCE KVTransport = "RoCE"
+	// TransportNVLink is GPUs of one NVLink domain (one node, or a multi-node NVLink rack).
+	TransportNVLink KVTransport = "NVLink"
+	// TransportTCP is plain TCP: works everywhere, the slowest.
+	TransportTCP KVTransport = "TCP"
+)
+
+// DisaggregationSpec configures the prefill and decode pools and how the router uses them.
+// +kubebuilder:validation:XValidation:rule="has(self.mode) && self.mode == 'Threshold' ? has(self.thresholdTokens) : !has(self.thresholdTokens)",message="spec.disaggregation.thresholdTokens is required with spec.disaggregation.mode: Threshold and applies only to it: set both, or neither"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'Never' || !has(self.wholeRequestsOn) || self.wholeRequestsOn != 'Decode'",message="spec.disaggregation.wholeRequestsOn: Decode with spec.disaggregation.mode: Never would leave the prefill pool serving nothing: every request is served whole, and only on decode engines; use wholeRequestsOn: Any, or another mode"
+// +kubebuilder:validation:XValidation:rule="!has(self.connector) || self.connector != 'LMCacheConnectorV1'",message="spec.disaggregation.connector: LMCacheConnectorV1 is not supported yet: its disaggregated prefill pushes the KV from the prefill engine to a decode engine named in the prefill request and reports completion over ZMQ, with a sender configuration on the prefill pool and a receiver configuration on the decode pool, and kvrouter drives only the pull protocol of NixlConnector; use NixlConnector"
+// +kubebuilder:validation:XValidation:rule="!has(self.sideChannelPort) || !(self.sideChannelPort in [8000, 5557, 5558, 8200])",message="spec.disaggregation.sideChannelPort must not be one of the engine pods' other ports (8000 http, 5557 kv-events, 5558 kv-replay, 8200 pd-sidecar)"
+type DisaggregationSpec struct {
+	// Prefill is the prefill pool: its replica count, and what differs from spec.engine.
+	// +kubebuilder:default={}
+	// +optional
+	Prefill PrefillPoolSpec `json:"prefill,omitempty"`
+
+	// Decode is what differs from spec.engine in the decode pool. Its replica count is
+	// spec.engine.replicas (the scale subresource), its autoscaling spec.autoscaling.
+	// +kubebuilder:default={}
+	// +optional
+	Decode PoolSpec `json:"decode,omitempty"`
+
+	// Connector is the vLLM KV connector both pools start with (--kv-transfer-config, role
+	// kv_both: any engine can serve a whole request, the role is the pool it sits in). Only
+	// NixlConnector is accepted for now (LMCacheConnectorV1 is refused, docs/disaggregation.md).
+	// +kubebuilder:default=NixlConnector
+	// +optional
+	Connector KVConnector `json:"connector,omitempty"`
+
+	// SideChannelPort is the port the connector's handshake listens on in every engine pod
+	// (VLLM_NIXL_SIDE_CHANNEL_PORT), open to the KVRouter's other engines only.
+	// +kubebuilder:default=5600
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	SideChannelPort int32 `json:"sideChannelPort,omitempty"`
+
+	// Network is how the KV blocks travel between the pools.
+	// +kubebuilder:default={}
+	// +optional
+	Network KVNetworkSpec `json:"network,omitempty"`
+
+	// Mode says when the router splits a request (its --pd-mode).
+	// +kubebuilder:default=Auto
+	// +optional
+	Mode DisaggregationMode `json:"mode,omitempty"`
+
+	// ThresholdTokens is the uncached prompt length from which the router splits a request;
+	// only with mode Threshold, where it is required (the router's --pd-threshold-tokens).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000000
+	// +optional
+	ThresholdTokens *int32 `json:"thresholdTokens,omitempty"`
+
+	// WholeRequestsOn says which pools serve the requests that are not split (the router's
+	// --pd-whole-on): Any (prefill-pool engines too, so that idle prefill GPUs serve) or
+	// Decode.
+	// +kubebuilder:default=Any
+	// +optional
+	WholeRequestsOn WholeRequestsOn `json:"wholeRequestsOn,omitempty"`
+}
+
+// PoolSpec is what one engine pool changes from spec.engine.
+type PoolSpec struct {
+	// Resources replaces spec.engine.resources for this pool's engine container (the GPU
+	// limit is still set from spec.engine.tensorParallelSize).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector is added to this pool's pods, next to the GPU product label.
+	// +kubebuilder:validation:MaxProperties=16
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to this pool's pods, after spec.engine.tolerations.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// PrefillPoolSpec is the prefill pool.
+type PrefillPoolSpec struct {
+	PoolSpec `json:",inline"`
+
+	// Replicas of the prefill pool. Ignored when autoscaling is set. When spec.engine.replicas
+	// is 0 (the KVRouter is stopped), the prefill pool is stopped too.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Autoscaling hands the prefill pool's replica count to a KEDA ScaledObject of its own,
+	// on the prefill pool's waiting requests (the router's /v1/autoscale?role=prefill, or
+	// Prometheus with spec.autoscaling.prometheus). The target per replica is
+	// spec.autoscaling.targetQueueDepth when set, else 4.
+	// +optional
+	Autoscaling *PoolAutoscalingSpec `json:"autoscaling,omitempty"`
+}
+
+// PoolAutoscalingSpec bounds a pool's replica count under KEDA.
+// +kubebuilder:validation:XValidation:rule="self.maxReplicas >= self.minReplicas",message="spec.disaggregation.prefill.autoscaling.maxReplicas must be greater than or equal to minReplicas"
+type PoolAutoscalingSpec struct {
+	// MinReplicas is the floor (always rendered: KEDA's default of 0 would unload the model).
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the ceiling.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// KVNetworkSpec is the network the KV transfer uses.
+// +kubebuilder:validation:XValidation:rule="!has(self.rdmaResource) || self.rdmaResource.name != 'nvidia.com/gpu'",message="spec.disaggregation.network.rdmaResource must not be nvidia.com/gpu: the GPU limit is set from spec.engine.tensorParallelSize"
+type KVNetworkSpec struct {
+	// Transport selects the UCX transports the connector may use (UCX_TLS). A UCX_TLS in
+	// spec.engine.env replaces the rendered value (UCX tuning such as dc_x, ^cuda_ipc or srd).
+	// +kubebuilder:default=RDMA
+	// +optional
+	Transport KVTransport `json:"transport,omitempty"`
+
+	// Attachments are Multus NetworkAttachmentDefinitions (name, or namespace/name) the engine
+	// pods join for the transfer: the k8s.v1.cni.cncf.io/networks annotation.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +listType=atomic
+	// +optional
+	Attachments []string `json:"attachments,omitempty"`
+
+	// RDMAResource is an extended resource each engine container requests for its RDMA
+	// device (for instance rdma/ib from an RDMA shared device plugin, or a SR-IOV VF pool).
+	// +optional
+	RDMAResource *ExtendedResource `json:"rdmaResource,omitempty"`
+}
+
+// ExtendedResource is a count of a device plugin's resource.
+type ExtendedResource struct {
+	// Name of the resource, such as rdma/ib or nvidia.com/sriov_rdma_vf.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Name string `json:"name"`
+
+	// Count per engine container.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Count int32 `json:"count,omitempty"`
 }
 
 // MonitoringSpec configures the Prometheus Operator objects that scrape the router and engines
@@ -600,6 +822,60 @@ type KVRouterStatus struct {
 	// EndpointsOmitted is the number of endpoints beyond the rows in Endpoints.
 	// +optional
 	EndpointsOmitted int32 `json:"endpointsOmitted,omitempty"`
+
+	// Disaggregation shows the two pools and how the router splits requests, with
+	// spec.disaggregation. The replica counts come from the workloads; the rest from the
+	// router's /v1/status once it has answered.
+	// +optional
+	Disaggregation *DisaggregationStatus `json:"disaggregation,omitempty"`
+}
+
+// DisaggregationStatus is a disaggregated KVRouter's pools and split decisions.
+type DisaggregationStatus struct {
+	// Mode the router decides with (Auto, Always, Never or Threshold).
+	// +optional
+	Mode string `json:"mode,omitempty"`
+	// SplitShare is the share of requests the router split into a prefill and a decode leg
+	// over its recent window, such as "35.0%".
+	// +optional
+	SplitShare string `json:"splitShare,omitempty"`
+	// SplitRequests and WholeRequests count requests served split and whole since the router
+	// replica that answered started.
+	// +optional
+	SplitRequests int64 `json:"splitRequests,omitempty"`
+	// +optional
+	WholeRequests int64 `json:"wholeRequests,omitempty"`
+	// Fallbacks counts split requests served whole after their prefill leg failed.
+	// +optional
+	Fallbacks int64 `json:"fallbacks,omitempty"`
+	// Pools are the prefill and the decode pool.
+	// +optional
+	Pools DisaggregationPools `json:"pools,omitempty"`
+}
+
+// DisaggregationPools holds the two pools.
+type DisaggregationPools struct {
+	// +optional
+	Prefill PoolStatus `json:"prefill,omitempty"`
+	// +optional
+	Decode PoolStatus `json:"decode,omitempty"`
+}
+
+// PoolStatus is one engine pool.
+type PoolStatus struct {
+	// Desired and Ready replicas of the pool's workload.
+	Desired int32 `json:"desired"`
+	Ready   int32 `json:"ready"`
+	// HitRate is the pool's prefix-cache hit rate: the mean of its endpoints' rates ("" when
+	// none had queries).
+	// +optional
+	HitRate string `json:"hitRate,omitempty"`
+	// QueuedPrefillTokens sums the pool's uncached prompt tokens waiting for a first token.
+	// +optional
+	QueuedPrefillTokens int64 `json:"queuedPrefillTokens,omitempty"`
+	// InFlight is the pool's requests in flight, as the router counts them.
+	// +optional
+	InFlight int64 `json:"inFlight,omitempty"`
 }
 
 // CacheStatus is the fleet's prefix-cache behaviour over a recent window. Rates are strings:
@@ -673,6 +949,9 @@ type EndpointStatus struct {
 	// EventsHealthy is false when its KV events are not current (disconnected, stale, or missing).
 	// +optional
 	EventsHealthy bool `json:"eventsHealthy"`
+	// Role is the endpoint's pool with spec.disaggregation: prefill or decode.
+	// +optional
+	Role string `json:"role,omitempty"`
 }
 
 // ReplicaStatus counts the replicas of one workload.
@@ -692,6 +971,7 @@ type ReplicaStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="HitRate",type=string,JSONPath=`.status.cache.hitRate`,description="Prefix-cache hit rate the engines measured over status.cache.window"
 // +kubebuilder:printcolumn:name="Preemptions",type=string,JSONPath=`.status.cache.preemptionsPerMinute`,description="Engine preemptions per minute over status.cache.window"
+// +kubebuilder:printcolumn:name="Split",type=string,JSONPath=`.status.disaggregation.splitShare`,priority=1,description="Share of requests split into prefill and decode legs"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Predicted",type=string,JSONPath=`.status.cache.predictedHitRate`,priority=1,description="Hit rate the router predicted"
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`,priority=1

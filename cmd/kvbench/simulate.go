@@ -97,6 +97,9 @@ func runSimulate(args []string, log *slog.Logger) error {
 		if spec.ScaleUp != nil {
 			rep.Fleet += fmt.Sprintf(", +%d at %.0f%% of arrivals", spec.ScaleUp.Add, 100*spec.ScaleUp.AtFraction)
 		}
+		if d := spec.Fleet.Disaggregation; d != nil {
+			rep.Fleet += fmt.Sprintf("; P/D policies split it %d prefill + %d decode over %s, the others run it aggregated", d.Prefill, d.Decode, d.Transport)
+		}
 		if *seeds < 1 {
 			return errors.New("simulate: --seeds must be at least 1")
 		}
@@ -151,6 +154,10 @@ func runSimulate(args []string, log *slog.Logger) error {
 
 func listPolicies() error {
 	for _, f := range peers.All() {
+		fmt.Printf("%-22s %s\n", f.Name, f.Source)
+	}
+	fmt.Println("\nP/D policies (by name only; they split fleets with fleet.disaggregation):")
+	for _, f := range peers.PDAll(peers.Options{}) {
 		fmt.Printf("%-22s %s\n", f.Name, f.Source)
 	}
 	return nil

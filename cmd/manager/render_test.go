@@ -71,6 +71,7 @@ func TestRenderSamples(t *testing.T) {
 		"kvrouter_inferencepool.yaml":    {want: append(base, "InferencePool", "HTTPRoute"), absent: []string{"ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
 		"kvrouter_lora.yaml":             {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
 		"kvrouter_multimodel.yaml":       {want: append(base, "HTTPRoute"), absent: []string{"InferencePool", "ScaledObject", "LeaderWorkerSet"}, namespace: "kvrouter-demo"},
+		"kvrouter_disaggregated.yaml":    {want: base, absent: []string{"HTTPRoute", "ScaledObject", "LeaderWorkerSet"}, namespace: "inference"},
 	}
 	samples, err := filepath.Glob("../../config/samples/*.yaml")
 	if err != nil {

@@ -52,6 +52,7 @@ import (
 	poolclient "sigs.k8s.io/gateway-api-inference-extension/client-go/clientset/versioned"
 
 	"github.com/kvrouter/kvrouter/internal/router/admission"
+	"github.com/kvrouter/kvrouter/internal/router/disagg"
 	"github.com/kvrouter/kvrouter/internal/router/discovery"
 	"github.com/kvrouter/kvrouter/internal/router/epp"
 	"github.com/kvrouter/kvrouter/internal/router/epp/protocol"
@@ -85,6 +86,7 @@ type options struct {
 	mode                      string
 	grpcPort, grpcHealthPort  int
 	grpcTLS, eppFallbacks     bool
+	eppDestinationPort        int
 	grpcCertFile, grpcKeyFile string
 
 	// Hung engines: the TTFB watchdog and outlier ejection (proxy: watchdog.go, outlier.go).
@@ -102,6 +104,11 @@ type options struct {
 	admissionTailHeadroom                     float64
 
 	tokenizer tokenizerOptions
+
+	// Disaggregated prefill/decode (proxy: pd.go), and the sidecar in front of a decode engine.
+	pdMode, pdWholeOn string
+	pdThreshold       int
+	engineURL         string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -110,12 +117,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.host, "host", "", "address to listen on (empty: all interfaces)")
 	fs.IntVar(&o.port, "port", 8080, "HTTP port (proxy and both modes)")
-	fs.StringVar(&o.mode, "mode", modeProxy, "proxy: serve clients over HTTP on --port; epp: be a Gateway API Inference Extension endpoint picker over Envoy ext_proc on --grpc-port, with no HTTP inference listener; both: the two at once")
+	fs.StringVar(&o.mode, "mode", modeProxy, "proxy: serve clients over HTTP on --port; epp: be a Gateway API Inference Extension endpoint picker over Envoy ext_proc on --grpc-port, with no HTTP inference listener; both: the two at once; sidecar: sit in front of one decode engine (--engine-url) on --port and run the prefill leg of the requests the endpoint picker split (x-prefiller-host-port)")
+	fs.StringVar(&o.pdMode, "pd-mode", string(disagg.Auto), "in a fleet with prefill-role engines: Auto (split a request into a prefill and a decode leg when the measured costs say it pays), Always, Never or Threshold (split from --pd-threshold-tokens uncached prompt tokens)")
+	fs.IntVar(&o.pdThreshold, "pd-threshold-tokens", 0, "--pd-mode Threshold: uncached prompt tokens from which a request is split")
+	fs.StringVar(&o.pdWholeOn, "pd-whole-on", proxy.WholeOnAny, "engines a request served whole may run on in a split fleet: any (prefill-role engines too) or decode")
+	fs.StringVar(&o.engineURL, "engine-url", "", "sidecar mode: the local engine's URL, e.g. http://127.0.0.1:8000")
 	fs.IntVar(&o.grpcPort, "grpc-port", 9002, "epp and both modes: ext_proc port (gRPC health is served there too)")
 	fs.BoolVar(&o.grpcTLS, "grpc-tls", true, "epp and both modes: serve TLS on --grpc-port, as gateways expect of an endpoint picker (a self-signed certificate they do not verify, unless --grpc-tls-cert-file is given; --grpc-health-port stays in clear text for the kubelet's probes); false: clear text (h2c)")
 	fs.BoolVar(&o.eppFallbacks, "epp-fallbacks", false, "epp and both modes: name the policy's fallback engines after its choice in x-gateway-destination-endpoint (ip:port,ip:port), for gateways that retry down the list (Envoy's override_host load balancing); off: one address, which gateways routing with an ORIGINAL_DST cluster (kgateway, Envoy AI Gateway) need")
 	fs.StringVar(&o.grpcCertFile, "grpc-tls-cert-file", "", "PEM certificate for --grpc-tls (with --grpc-tls-key-file; re-read when the files change)")
 	fs.StringVar(&o.grpcKeyFile, "grpc-tls-key-file", "", "PEM private key of --grpc-tls-cert-file")
+	fs.IntVar(&o.eppDestinationPort, "epp-destination-port", 0, "epp and both modes: the port the picker names each engine on in x-gateway-destination-endpoint (its pod IP), where the Gateway sends requests: the pd-sidecar's (8200) when the engine pods run one; 0: the engine's own port (--engine-port, or the endpoints file's URL). The prefill engine named in x-prefiller-host-port keeps its own port")
 	fs.IntVar(&o.grpcHealthPort, "grpc-health-port", 9003, "epp and both modes: gRPC health port (services liveness, readiness, "+protocol.ExtProcService+")")
 	fs.StringVar(&o.discovery, "discovery", "", "endpoint discovery: file, kubernetes (pods by --selector) or inferencepool (the pods and ports an InferencePool names; default: file when --endpoints-file is set)")
 	fs.StringVar(&o.poolName, "pool-name", "", "name of the InferencePool whose selector and targetPorts name the engines (inferencepool discovery)")
@@ -176,6 +188,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if o.mode == modeSidecar {
+		return o, checkSidecar(o)
+	}
 	if o.discovery == "" {
 		o.discovery = "file"
 		if o.endpointsFile == "" {
@@ -230,6 +245,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := checkMode(o); err != nil {
 		return nil, err
 	}
+	if err := checkPD(o); err != nil {
+		return nil, err
+	}
 	if err := checkTokenizerFlags(&o.tokenizer, o.model); err != nil {
 		return nil, err
 	}
@@ -241,17 +259,22 @@ const (
 	modeProxy = "proxy"
 	modeEPP   = "epp"
 	modeBoth  = "both"
+	// modeSidecar runs the prefill leg of split requests in front of one decode engine.
+	modeSidecar = "sidecar"
 )
 
 func (o *options) serveHTTP() bool { return o.mode != modeEPP }
-func (o *options) serveEPP() bool  { return o.mode != modeProxy }
+func (o *options) serveEPP() bool  { return o.mode == modeEPP || o.mode == modeBoth }
 
 // checkMode validates --mode and the ports of the front ends it runs: each its own.
 func checkMode(o *options) error {
 	switch o.mode {
 	case modeProxy, modeEPP, modeBoth:
 	default:
-		return fmt.Errorf("--mode %q: want proxy, epp or both", o.mode)
+		return fmt.Errorf("--mode %q: want proxy, epp, both or sidecar", o.mode)
+	}
+	if err := checkDestinationPort(o); err != nil {
+		return err
 	}
 	if (o.grpcCertFile == "") != (o.grpcKeyFile == "") {
 		return errors.New("--grpc-tls-cert-file and --grpc-tls-key-file go together")
@@ -360,6 +383,9 @@ func (h verbosityHandler) WithGroup(name string) slog.Handler {
 
 func run(ctx context.Context, o *options) error {
 	log := newLogger(o.logLevel)
+	if o.mode == modeSidecar {
+		return runSidecar(ctx, o, log)
+	}
 	kind, _ := policy.ParseKind(o.policy)
 
 	reg := prometheus.NewRegistry()
@@ -388,6 +414,7 @@ func run(ctx context.Context, o *options) error {
 		ReportModeFull: o.reportMode == "full", UpstreamHeaderTimeout: o.headerTimeout,
 		StreamIdleTimeout: o.streamIdle, TokenizeTimeout: o.tokenizeTimeout, BodyReadTimeout: o.bodyReadTimeout,
 		Tokenizer: o.tokenizer.mode, TokenizerVerifyFraction: o.tokenizer.configFraction(),
+		PD: pdConfig(o), DestinationPort: o.eppDestinationPort,
 	}
 	cfg.TTFBWatchdogFactor, cfg.TTFBWatchdogFloor, cfg.TTFBWatchdogCap = o.ttfbFactor, o.ttfbFloor, o.ttfbCap
 	if o.ttfbFactor == 0 {

@@ -46,6 +46,8 @@ type Status struct {
 	Admission *Admission `json:"admission,omitempty"`
 	// Tokenizer says where prompts are tokenized: in process or on the engines' /tokenize.
 	Tokenizer *Tokenizer `json:"tokenizer,omitempty"`
+	// Disaggregation is present when the fleet has a prefill pool (engines with role prefill).
+	Disaggregation *Disaggregation `json:"disaggregation,omitempty"`
 }
 
 // Tokenizer is how the router tokenizes prompts (docs/tokenizer.md).
@@ -103,6 +105,9 @@ type Endpoint struct {
 	URL   string `json:"url"`
 	Rank  int    `json:"rank"`
 	Ready bool   `json:"ready"`
+	// Role is the engine's pool in a disaggregated fleet: prefill or decode; empty when the
+	// fleet is not split.
+	Role string `json:"role,omitempty"`
 	// NotReadyReason says why Ready is false ("discovery", "connect-failures", "scrape-failures",
 	// "suspect").
 	NotReadyReason string `json:"notReadyReason,omitempty"`
@@ -286,4 +291,33 @@ type Autoscale struct {
 	TokensInFlight int `json:"tokensInFlight"`
 	// Endpoints is the number of ready endpoints.
 	Endpoints int `json:"endpoints"`
+}
+
+// Disaggregation is how the router splits requests into prefill and decode legs.
+type Disaggregation struct {
+	// Mode is Auto, Always, Never or Threshold (see docs/disaggregation.md).
+	Mode string `json:"mode"`
+	// ThresholdTokens is the pinned threshold of Threshold mode.
+	ThresholdTokens int `json:"thresholdTokens,omitempty"`
+	// SplitRequests and WholeRequests count the requests served split and whole since start;
+	// SplitShare is the share split over the recent window (0 to 1).
+	SplitRequests uint64  `json:"splitRequests"`
+	WholeRequests uint64  `json:"wholeRequests"`
+	SplitShare    float64 `json:"splitShare"`
+	// Fallbacks counts split requests served whole after their prefill leg failed.
+	Fallbacks uint64 `json:"fallbacks"`
+	// TransferLatencySeconds and TransferSecondsPerBlock are the learned KV transfer cost.
+	TransferLatencySeconds  float64 `json:"transferLatencySeconds"`
+	TransferSecondsPerBlock float64 `json:"transferSecondsPerBlock"`
+	// Pools are the ready engines and requests in flight of each pool, keyed by role.
+	Pools map[string]Pool `json:"pools"`
+}
+
+// Pool is one pool of a disaggregated fleet as the router sees it.
+type Pool struct {
+	Engines      int `json:"engines"`
+	ReadyEngines int `json:"readyEngines"`
+	InFlight     int `json:"inFlight"`
+	// QueuedPrefillTokens sums the pool's uncached prompt tokens waiting for a first token.
+	QueuedPrefillTokens int `json:"queuedPrefillTokens"`
 }

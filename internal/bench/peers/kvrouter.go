@@ -79,6 +79,18 @@ func kvrouterFactory(name, kind string, tune policy.Config) Factory {
 }
 
 func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
+	p.last = p.pick(r, p.view(r, eps))
+	for i, e := range eps {
+		if e.Name == p.last.Endpoint {
+			return i
+		}
+	}
+	return 0 // no decision (cannot happen with ready endpoints and no admission limit)
+}
+
+// view builds the policy's view of eps for r (load from the tracker, what the index says each
+// holds of the prompt), in eps' order. It is reused until the next call.
+func (p *kvrouter) view(r *Request, eps []Endpoint) []policy.Endpoint {
 	p.names = p.names[:0]
 	for _, e := range eps {
 		p.names = append(p.names, e.Name)
@@ -109,19 +121,27 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 		l.KVUsage = e.KVUsage
 		p.eps = append(p.eps, policy.Endpoint{Name: e.Name, Ready: true, Load: l, Cached: cached[e.Name]})
 	}
+	return p.eps
+}
+
+// pick runs the policy over eps (a view, or part of one) and counts the decision's reason.
+func (p *kvrouter) pick(r *Request, eps []policy.Endpoint) policy.Decision {
+	d := p.pol.Pick(p.request(r), eps)
+	p.countReason(d)
+	return d
+}
+
+// request is r as the policy takes it, with a fresh tie-break (one per routing decision).
+func (p *kvrouter) request(r *Request) policy.Request {
 	p.seq++
-	tie := policyinput.TieBreak(r.Tokens, p.seq)
-	p.last = p.pol.Pick(policy.Request{
-		PromptTokens: len(r.Tokens), Tokenized: true, MaxTokens: r.MaxTokens, SessionKey: r.Session, TieBreak: tie,
-		LoRA: r.Adapter,
-	}, p.eps)
-	p.reasons["reason_"+string(p.last.Reason)+"_"+string(p.last.Shape)]++
-	for i, e := range eps {
-		if e.Name == p.last.Endpoint {
-			return i
-		}
+	return policy.Request{
+		PromptTokens: len(r.Tokens), Tokenized: true, MaxTokens: r.MaxTokens, SessionKey: r.Session,
+		TieBreak: policyinput.TieBreak(r.Tokens, p.seq), LoRA: r.Adapter,
 	}
-	return 0 // no decision (cannot happen with ready endpoints and no admission limit)
+}
+
+func (p *kvrouter) countReason(d policy.Decision) {
+	p.reasons["reason_"+string(d.Reason)+"_"+string(d.Shape)]++
 }
 
 // recordLoRA hands the tracker the engines' scraped adapters, at the router's scrape interval.
@@ -142,18 +162,24 @@ func (p *kvrouter) Dispatched(r *Request, ep string) {
 		// The harness overrode the choice (it never does); account without a decision.
 		d = policy.Decision{Endpoint: ep, UncachedTokens: len(r.Tokens), PrefillWork: len(r.Tokens)}
 	}
+	p.pending[r.ID] = p.dispatch(r, ep, d, r.MaxTokens, !d.AdapterCold)
+}
+
+// dispatch records a request (or one leg of it) sent to ep on decision d, out tokens expected
+// from it: the load ticket and the prefix the index predicts there. timeTTFT says whether its
+// first token measures ep's prefill speed (the TTFT model's x is d.PrefillWork).
+func (p *kvrouter) dispatch(r *Request, ep string, d policy.Decision, out int, timeTTFT bool) *kvrDispatch {
 	var keys []kvindex.Key
 	if p.ix != nil {
 		// As the router does: predicted until the request starts, then settled.
 		keys = kvindex.RequestKeys(nil, r.Tokens, p.block, kvindex.KeyParams{LoRAName: r.Adapter})
 		p.ix.PredictPendingKeys(kvindex.SourceID{Endpoint: ep}, keys)
 	}
-	out := r.MaxTokens
 	work := d.PrefillWork
-	if d.AdapterCold {
-		work = -1 // as the router: an adapter's slot wait and load are not prefill speed
+	if !timeTTFT {
+		work = -1 // e.g. as the router: an adapter's slot wait and load are not prefill speed
 	}
-	p.pending[r.ID] = &kvrDispatch{ticket: p.load.DispatchAdapter(ep, r.Adapter, d.UncachedTokens, len(r.Tokens)+out), work: work, keys: keys}
+	return &kvrDispatch{ticket: p.load.DispatchAdapter(ep, r.Adapter, d.UncachedTokens, len(r.Tokens)+out), work: work, keys: keys}
 }
 
 // settle ends a dispatched request's pending prediction (first token or end, whichever first).

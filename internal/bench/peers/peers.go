@@ -48,6 +48,9 @@ type Endpoint struct {
 	// running and of the waiting requests, and the adapter slots (0: LoRA off).
 	RunningLoRAs, WaitingLoRAs []string
 	MaxLoRAs                   int
+	// Role is the engine's pool in a disaggregated fleet (RolePrefill or RoleDecode); empty in an
+	// aggregated fleet.
+	Role string
 }
 
 // Request is the routed request.
@@ -60,6 +63,9 @@ type Request struct {
 	Adapter string
 	// Output is the number of tokens generated, set by the harness before Finished.
 	Output int
+	// PrefilledOn names the engine that ran this request's prefill leg when it was disaggregated
+	// (set by the harness before the decode leg's Dispatched); empty when served whole.
+	PrefilledOn string
 }
 
 // Env is what a policy may use besides the per-decision view.
@@ -138,7 +144,8 @@ func AllWith(o Options) []Factory {
 	}
 }
 
-// Select returns the factories named in names (all when names is empty), in the order given.
+// Select returns the factories named in names (all aggregated policies when names is empty),
+// in the order given; the P/D policies of PDAll are found by name too.
 func Select(names []string) ([]Factory, error) { return SelectWith(names, Options{}) }
 
 // SelectWith is Select with options.
@@ -147,6 +154,8 @@ func SelectWith(names []string, o Options) ([]Factory, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
+	// P/D policies are selected by name only: on an aggregated workload they route unsplit.
+	all = append(all, PDAll(o)...)
 	by := map[string]Factory{}
 	for _, f := range all {
 		by[f.Name] = f

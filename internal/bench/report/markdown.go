@@ -42,6 +42,7 @@ func WriteMarkdown(w io.Writer, r *Report, sweepPolicies []string) error {
 			name, p.OutputThroughput, p.Goodput, secs(p.TTFTP50), secs(p.TTFTP90), secs(p.TTFTP99), secs(p.ITLP50),
 			secs(p.E2EP50), secs(p.E2EP99), 100*p.HitRate, p.Preemptions, p.ImbalanceCoV, share)
 	}
+	writePDMarkdown(w, r)
 	rates := map[float64]bool{}
 	for _, s := range r.Sweep {
 		rates[s.Rate] = true

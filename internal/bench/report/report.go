@@ -75,7 +75,10 @@ func WriteTable(w io.Writer, r *Report) error {
 			secs(p.ITLP50), secs(p.E2EP50), secs(p.E2EP99), 100*p.HitRate, p.Preemptions, p.ImbalanceCoV, share,
 			p.Completed, p.Requests)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writePDTable(w, r)
 }
 
 // secs renders seconds compactly: ms below one second.

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/bench/metrics"
@@ -64,6 +65,7 @@ const (
 	evDeliver
 	evScrape
 	evScaleUp
+	evTransferDone
 )
 
 type event struct {
@@ -94,6 +96,7 @@ func (q *queue) Pop() any {
 
 type simEngine struct {
 	name   string
+	role   string // peers.RolePrefill or peers.RoleDecode in a split fleet
 	eng    *engine.Engine
 	busy   bool
 	res    engine.StepResult
@@ -110,6 +113,7 @@ type reqState struct {
 	ep       int
 	lastTok  float64
 	children int
+	pd       pdLeg
 }
 
 type sim struct {
@@ -130,6 +134,7 @@ type sim struct {
 	ecfg    engine.Config
 	lastArr float64
 	su      *metrics.ScaleUp
+	pd      *pdRun // nil unless a P/D policy runs on a disaggregated fleet
 }
 
 // Run simulates one run and returns its figures.
@@ -174,12 +179,16 @@ func Run(cfg Config) (metrics.Result, error) {
 	}
 	s.active = spec.Fleet.Engines
 	s.inflt = make([]int, total)
-	s.pol = cfg.Policy.New(peers.Env{
+	pol := cfg.Policy.New(peers.Env{
 		BlockSize: spec.Fleet.BlockSize,
 		Rand:      rand.New(rand.NewPCG(cfg.Seed, 0x6b7662656e6368)),
 		Now:       func() float64 { return s.now },
 		Events:    s.events, Exact: s.exact,
 	})
+	s.pol = pol
+	if err := s.setupPD(prof); err != nil {
+		return metrics.Result{}, err
+	}
 
 	s.reqs = make([]reqState, len(cfg.Requests))
 	s.recs = make([]metrics.Record, len(cfg.Requests))
@@ -221,6 +230,8 @@ func Run(cfg Config) (metrics.Result, error) {
 					RunningLoRAs: st.RunningLoRAs, WaitingLoRAs: st.WaitingLoRAs, MaxLoRAs: s.ecfg.MaxLoRAs}
 			}
 			s.push(s.now+cfg.ScrapeInterval, evScrape, 0, nil)
+		case evTransferDone:
+			s.transferDone(ev.i)
 		case evScaleUp:
 			s.su = &metrics.ScaleUp{At: s.now, Total: len(s.engines)}
 			for _, e := range s.engines[s.active:] {
@@ -250,6 +261,15 @@ func Run(cfg Config) (metrics.Result, error) {
 	res.Extra = map[string]float64{"sim_wall_s": wall, "engine_steps": float64(steps), "virtual_s": s.now}
 	if s.ecfg.MaxLoRAs > 0 {
 		s.loraExtras(res.Extra)
+	}
+	if spec.Fleet.Disaggregation != nil {
+		// P/D is about decode stalls: the tail of the inter-token latency tells.
+		res.Extra["itl_p90_ms"] = 1000 * metrics.Percentile(s.itl, 90)
+		res.Extra["itl_p99_ms"] = 1000 * metrics.Percentile(s.itl, 99)
+		res.Extra["pd_split_share"] = 0
+	}
+	if s.pd != nil {
+		s.pd.extras(res.Extra)
 	}
 	if sr, ok := s.pol.(peers.StatsReporter); ok {
 		for k, v := range sr.Stats() {
@@ -282,6 +302,21 @@ func (s *sim) arrive(i int) {
 		st.prompt = seg.AppendTokens(st.prompt)
 	}
 	rec.PromptTokens = len(st.prompt)
+	eps := s.endpoints()
+	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session, Adapter: w.Adapter}
+	if s.pd != nil {
+		s.arrivePD(i, eps)
+		return
+	}
+	j := s.pol.Pick(&st.pr, eps)
+	if j < 0 || j >= s.active {
+		j = 0
+	}
+	s.dispatch(i, j, 0)
+}
+
+// endpoints is the policy's view of the active engines now (their pools in a P/D run).
+func (s *sim) endpoints() []peers.Endpoint {
 	eps := make([]peers.Endpoint, s.active)
 	for j, e := range s.engines[:s.active] {
 		eps[j] = e.scrape
@@ -290,17 +325,23 @@ func (s *sim) arrive(i int) {
 		if eps[j].NumBlocks == 0 {
 			eps[j].NumBlocks = e.eng.Config().NumBlocks
 		}
+		if s.pd != nil {
+			eps[j].Role = e.role
+		}
 	}
-	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session, Adapter: w.Adapter}
-	j := s.pol.Pick(&st.pr, eps)
-	if j < 0 || j >= s.active {
-		j = 0
-	}
+	return eps
+}
+
+// dispatch hands request i to engine j: whole, or as the decode leg of a disaggregated request
+// whose first transferred prompt tokens arrived from the prefill engine.
+func (s *sim) dispatch(i, j, transferred int) {
+	st, w, rec := &s.reqs[i], s.reqs[i].w, &s.recs[i]
 	e := s.engines[j]
 	st.ep = j
 	rec.Endpoint = e.name
 	s.pol.Dispatched(&st.pr, e.name)
-	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i), LoRA: w.Adapter}
+	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i), LoRA: w.Adapter,
+		KVTransferred: transferred}
 	if !e.busy {
 		e.eng.AdvanceTo(s.now)
 	}
@@ -349,7 +390,11 @@ func (s *sim) stepDone(j int) {
 func (s *sim) publish(j int, res engine.StepResult) {
 	e := s.engines[j]
 	for _, tok := range res.Tokens {
-		i := reqIndex(tok.Req)
+		i, prefillLeg := reqIndex(tok.Req)
+		if prefillLeg {
+			// The prefill leg's one token is discarded (the decode leg generates the answer).
+			continue
+		}
 		st, rec := &s.reqs[i], &s.recs[i]
 		if tok.First || rec.FirstToken == 0 {
 			rec.FirstToken = s.now
@@ -360,11 +405,20 @@ func (s *sim) publish(j int, res engine.StepResult) {
 		st.lastTok = s.now
 	}
 	for _, r := range res.Finished {
-		i := reqIndex(r)
+		i, prefillLeg := reqIndex(r)
+		if prefillLeg {
+			s.inflt[j]--
+			s.prefillDone(i, j, r)
+			continue
+		}
 		st, rec := &s.reqs[i], &s.recs[i]
 		rec.Finish = s.now
 		rec.OutputTokens = len(r.Output)
 		rec.CachedTokens = r.CachedTokens()
+		if st.pd.split {
+			// The prompt was computed on the prefill engine: its cache hit is what saved compute.
+			rec.CachedTokens = st.pd.cached
+		}
 		rec.Preemptions = r.Preemptions()
 		s.inflt[j]--
 		st.pr.Output = len(r.Output)
@@ -444,8 +498,10 @@ func (s *sim) loraExtras(extra map[string]float64) {
 	}
 }
 
-// reqIndex recovers the request index from the engine request ID kvbench gave it.
-func reqIndex(r *engine.Request) int {
-	i, _ := strconv.Atoi(r.ID)
-	return i
+// reqIndex recovers the request index from the engine request ID kvbench gave it, and whether
+// the engine request is a prefill leg (its ID carries prefillPrefix).
+func reqIndex(r *engine.Request) (int, bool) {
+	id, leg := strings.CutPrefix(r.ID, prefillPrefix)
+	i, _ := strconv.Atoi(id)
+	return i, leg
 }

@@ -106,6 +106,8 @@ func Generate(s *Spec, rate float64, opt Options) ([]Request, error) {
 		g.siblings()
 	case KindLoRA:
 		g.lora()
+	case KindMix:
+		g.mix()
 	case KindTrace:
 		err = g.trace(opt.TracesDir)
 	}
@@ -243,6 +245,64 @@ func (g *gen) lora() {
 			Adapter:   adapter,
 		}
 	})
+}
+
+// mix draws each Poisson arrival's class by share, then merges in the bursts (kept in arrival
+// order; bursts only land within the run's window, and the request cap still holds).
+func (g *gen) mix() {
+	m, seed := g.s.Mix, g.s.Seed
+	total := 0.0
+	for _, c := range m.Classes {
+		total += c.Share
+	}
+	byName := map[string]int{}
+	for k, c := range m.Classes {
+		byName[c.Name] = k
+	}
+	draw := func(k, i int) Request {
+		c := &m.Classes[k]
+		var segs []Segment
+		if c.Prefixes > 0 {
+			segs = append(segs, Segment{SeedOf(seed, 15, uint64(k), uint64(g.rng.IntN(c.Prefixes))), c.PrefixTokens})
+		}
+		if n := c.MinPromptTokens + g.rng.IntN(c.MaxPromptTokens-c.MinPromptTokens+1); n > 0 {
+			segs = append(segs, Segment{SeedOf(seed, 16, uint64(i)), n})
+		}
+		out := c.MinOutputTokens + g.rng.IntN(c.MaxOutputTokens-c.MinOutputTokens+1)
+		// No Session: a class is not a conversation (a shared session id would pin the whole
+		// class to one engine under session affinity, and kvrouter breaks ties on it).
+		return Request{Segments: segs, MaxTokens: out}
+	}
+	g.poisson(func(i int) Request {
+		x, k := g.rng.Float64()*total, 0
+		for k < len(m.Classes)-1 && x >= m.Classes[k].Share {
+			x -= m.Classes[k].Share
+			k++
+		}
+		return draw(k, i)
+	})
+	b := m.Bursts
+	if b == nil {
+		return
+	}
+	end := g.window
+	if end <= 0 && len(g.out) > 0 {
+		end = g.out[len(g.out)-1].At
+	}
+	n := len(g.out)
+	var burst []Request
+	for t := b.EverySeconds; t < end; t += b.EverySeconds {
+		for range b.Count {
+			r := draw(byName[b.Class], n+len(burst))
+			r.At, r.Parent = t+g.rng.Float64()*b.SpreadSeconds, -1
+			burst = append(burst, r)
+		}
+	}
+	g.out = append(g.out, burst...)
+	sort.SliceStable(g.out, func(a, c int) bool { return g.out[a].At < g.out[c].At })
+	if g.limit > 0 && len(g.out) > g.limit {
+		g.out = g.out[:g.limit]
+	}
 }
 
 // siblings: bursts of N identical prompts arrive together (Poisson bursts at rate/N).

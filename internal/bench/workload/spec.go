@@ -26,6 +26,8 @@ import (
 	"os"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/internal/sim/timing"
 )
 
 // Kinds of workload.
@@ -39,6 +41,7 @@ const (
 	KindSiblings     = "siblings"
 	KindTrace        = "trace"
 	KindLoRA         = "lora"
+	KindMix          = "mix"
 )
 
 // Spec is one workload file.
@@ -62,6 +65,7 @@ type Spec struct {
 	Siblings     *Siblings     `json:"siblings,omitempty"`
 	Trace        *Trace        `json:"trace,omitempty"`
 	LoRA         *LoRAMix      `json:"lora,omitempty"`
+	Mix          *Mix          `json:"mix,omitempty"`
 }
 
 // Fleet is the simulated engine fleet (simulation mode only; live mode uses what it targets).
@@ -79,6 +83,18 @@ type Fleet struct {
 	// LoRALoadSeconds is the time to load an adapter into a slot (vllm-sim --lora-load-time);
 	// default 0.025.
 	LoRALoadSeconds float64 `json:"loraLoadSeconds,omitempty"`
+	// Disaggregation splits the fleet into a prefill and a decode pool for P/D policies; the
+	// other policies run on the same engines unsplit (the same GPU budget, all aggregated).
+	Disaggregation *Disaggregation `json:"disaggregation,omitempty"`
+}
+
+// Disaggregation is a fleet of Prefill prefill-role and Decode decode-role engines whose KV
+// caches cross Transport (an internal/sim/timing transport: nvlink, rdma, roce, tcp; default
+// rdma). fleet.engines, when set, must equal Prefill + Decode.
+type Disaggregation struct {
+	Prefill   int    `json:"prefill"`
+	Decode    int    `json:"decode"`
+	Transport string `json:"transport,omitempty"`
 }
 
 // Load is the arrival process of one run; each entry of Rates is one run of a sweep.
@@ -167,6 +183,37 @@ type LoRAMix struct {
 	OutputTokens       int     `json:"outputTokens"`
 }
 
+// Mix draws each Poisson arrival's class by share, with prompt and answer lengths uniform in
+// each class's ranges; Bursts adds requests of one class in bursts on top of the Poisson stream
+// (the long-prompt bursts that stall the decodes of an aggregated fleet).
+type Mix struct {
+	Classes []MixClass `json:"classes"`
+	Bursts  *Bursts    `json:"bursts,omitempty"`
+}
+
+// MixClass is one kind of request: an optional shared prefix (one of Prefixes, uniformly drawn,
+// of PrefixTokens), then a unique part of MinPromptTokens..MaxPromptTokens, and an answer of
+// MinOutputTokens..MaxOutputTokens (a max of 0 means the min: a fixed length).
+type MixClass struct {
+	Name            string  `json:"name"`
+	Share           float64 `json:"share,omitempty"`
+	Prefixes        int     `json:"prefixes,omitempty"`
+	PrefixTokens    int     `json:"prefixTokens,omitempty"`
+	MinPromptTokens int     `json:"minPromptTokens"`
+	MaxPromptTokens int     `json:"maxPromptTokens,omitempty"`
+	MinOutputTokens int     `json:"minOutputTokens"`
+	MaxOutputTokens int     `json:"maxOutputTokens,omitempty"`
+}
+
+// Bursts sends Count requests of the class named Class every EverySeconds, their arrivals
+// spread uniformly over SpreadSeconds, the first burst at EverySeconds.
+type Bursts struct {
+	Class         string  `json:"class"`
+	EverySeconds  float64 `json:"everySeconds"`
+	Count         int     `json:"count"`
+	SpreadSeconds float64 `json:"spreadSeconds,omitempty"`
+}
+
 // AdapterName is the model name of adapter i of a lora workload.
 func AdapterName(i int) string { return fmt.Sprintf("adapter-%02d", i) }
 
@@ -203,6 +250,9 @@ func (s *Spec) Validate() error {
 	if s.Name == "" {
 		return errors.New("name is required")
 	}
+	if err := s.Fleet.validateDisaggregation(s.ScaleUp != nil); err != nil {
+		return err
+	}
 	if s.Fleet.Engines < 1 {
 		return errors.New("fleet.engines must be at least 1")
 	}
@@ -232,7 +282,7 @@ func (s *Spec) Validate() error {
 	present := map[string]bool{
 		KindSharedPrefix: s.SharedPrefix != nil, KindMultiTurn: s.MultiTurn != nil, KindAgentic: s.Agentic != nil,
 		KindUnique: s.Unique != nil, KindHotPrefix: s.HotPrefix != nil, KindZipf: s.Zipf != nil,
-		KindSiblings: s.Siblings != nil, KindTrace: s.Trace != nil, KindLoRA: s.LoRA != nil,
+		KindSiblings: s.Siblings != nil, KindTrace: s.Trace != nil, KindLoRA: s.LoRA != nil, KindMix: s.Mix != nil,
 	}
 	has, known := present[s.Kind]
 	if !known {
@@ -259,6 +309,11 @@ func (s *Spec) Validate() error {
 			return errors.New("lora needs a prompt (prefixTokens + suffixTokens >= 1) and outputTokens >= 1")
 		}
 	}
+	if m := s.Mix; m != nil && s.Kind == KindMix {
+		if err := m.validate(); err != nil {
+			return err
+		}
+	}
 	if s.Trace != nil {
 		if s.Trace.Format != "mooncake" && s.Trace.Format != "azure" {
 			return fmt.Errorf("trace.format must be mooncake or azure, got %q", s.Trace.Format)
@@ -266,6 +321,79 @@ func (s *Spec) Validate() error {
 		if s.Trace.BlockTokens == 0 {
 			s.Trace.BlockTokens = 512
 		}
+	}
+	return nil
+}
+
+func (m *Mix) validate() error {
+	if len(m.Classes) == 0 {
+		return errors.New("mix needs at least one class")
+	}
+	names := map[string]bool{}
+	share := 0.0
+	for i := range m.Classes {
+		c := &m.Classes[i]
+		if c.Name == "" || names[c.Name] {
+			return fmt.Errorf("mix.classes[%d] needs a unique name", i)
+		}
+		names[c.Name] = true
+		if c.MaxPromptTokens == 0 {
+			c.MaxPromptTokens = c.MinPromptTokens
+		}
+		if c.MaxOutputTokens == 0 {
+			c.MaxOutputTokens = c.MinOutputTokens
+		}
+		switch {
+		case c.Share < 0:
+			return fmt.Errorf("mix class %s: share must not be negative", c.Name)
+		case c.Prefixes < 0 || c.PrefixTokens < 0 || (c.Prefixes > 0) != (c.PrefixTokens > 0):
+			return fmt.Errorf("mix class %s: prefixes and prefixTokens go together and must not be negative", c.Name)
+		case c.MinPromptTokens < 0 || c.MaxPromptTokens < c.MinPromptTokens || c.PrefixTokens+c.MaxPromptTokens < 1:
+			return fmt.Errorf("mix class %s: needs 0 <= minPromptTokens <= maxPromptTokens and a prompt of at least one token", c.Name)
+		case c.MinOutputTokens < 1 || c.MaxOutputTokens < c.MinOutputTokens:
+			return fmt.Errorf("mix class %s: needs 1 <= minOutputTokens <= maxOutputTokens", c.Name)
+		}
+		share += c.Share
+	}
+	if !(share > 0) {
+		return errors.New("mix: the classes' shares must add up to more than 0")
+	}
+	if b := m.Bursts; b != nil {
+		switch {
+		case !names[b.Class]:
+			return fmt.Errorf("mix.bursts.class %q names no class", b.Class)
+		case !(b.EverySeconds > 0) || b.Count < 1:
+			return errors.New("mix.bursts needs everySeconds > 0 and count >= 1")
+		case b.SpreadSeconds < 0 || b.SpreadSeconds > b.EverySeconds:
+			return errors.New("mix.bursts.spreadSeconds must be within [0, everySeconds]")
+		}
+	}
+	return nil
+}
+
+// validateDisaggregation checks the pool sizes and the transport and fills fleet.engines.
+func (f *Fleet) validateDisaggregation(scaleUp bool) error {
+	d := f.Disaggregation
+	if d == nil {
+		return nil
+	}
+	if d.Prefill < 1 || d.Decode < 1 {
+		return fmt.Errorf("fleet.disaggregation needs prefill >= 1 and decode >= 1, got prefill %d, decode %d", d.Prefill, d.Decode)
+	}
+	if d.Transport == "" {
+		d.Transport = "rdma"
+	}
+	if _, err := timing.LookupTransport(d.Transport); err != nil {
+		return fmt.Errorf("fleet.disaggregation.transport: %w", err)
+	}
+	switch {
+	case f.Engines == 0:
+		f.Engines = d.Prefill + d.Decode
+	case f.Engines != d.Prefill+d.Decode:
+		return fmt.Errorf("fleet.engines (%d) must equal fleet.disaggregation prefill + decode (%d); leave it out to derive it", f.Engines, d.Prefill+d.Decode)
+	}
+	if scaleUp {
+		return errors.New("scaleUp cannot be combined with fleet.disaggregation (which pool would grow is not defined)")
 	}
 	return nil
 }

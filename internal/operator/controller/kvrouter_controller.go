@@ -301,14 +301,14 @@ func (r *KVRouterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		if !r.kinds.isInstalled(gvk) {
 			k, _ := optionalKindFor(gvk)
 			obs.missing = append(obs.missing, k)
-			if role == roleEngine {
+			if role == roleEngine || role == rolePrefill {
 				obs.engineGone = true
 			}
 			continue
 		}
-		if role == roleEngine && kvr.Spec.Autoscaling != nil && !r.kinds.isInstalled(scaledObjectGVK) {
+		if isAutoscaled(kvr, role) && !r.kinds.isInstalled(scaledObjectGVK) {
 			// Nothing would scale the engines: run them at the floor the spec asks for.
-			if err := unstructured.SetNestedField(u.Object, int64(kvr.Spec.Autoscaling.MinReplicas), "spec", "replicas"); err != nil {
+			if err := unstructured.SetNestedField(u.Object, int64(render.PoolMinReplicas(kvr, poolOf(kvr, role))), "spec", "replicas"); err != nil {
 				obs.applyErrs = append(obs.applyErrs, err.Error())
 				continue
 			}
@@ -417,16 +417,22 @@ type workloadRole int
 
 const (
 	roleOther workloadRole = iota
+	// roleEngine: the engine workload spec.engine.replicas sizes (the decode pool when
+	// disaggregated).
 	roleEngine
 	roleRouter
+	// rolePrefill: the prefill pool's workload.
+	rolePrefill
 )
 
 func roleOf(kvr *v1alpha1.KVRouter, u *unstructured.Unstructured) workloadRole {
 	gvk := u.GroupVersionKind()
+	isEngineKind := gvk.Kind == render.EngineWorkloadKind(kvr) && gvk.GroupVersion().String() == render.EngineWorkloadAPIVersion(kvr)
 	switch {
-	case gvk.Kind == render.EngineWorkloadKind(kvr) && gvk.GroupVersion().String() == render.EngineWorkloadAPIVersion(kvr) &&
-		u.GetName() == render.EngineWorkloadName(kvr):
+	case isEngineKind && u.GetName() == render.ScaleWorkloadName(kvr):
 		return roleEngine
+	case isEngineKind && render.Disaggregated(kvr) && u.GetName() == render.PoolWorkloadName(kvr, render.PoolPrefill):
+		return rolePrefill
 	case gvk == appsv1.SchemeGroupVersion.WithKind("Deployment") && u.GetName() == render.RouterName(kvr):
 		return roleRouter
 	}
@@ -442,6 +448,13 @@ func roleOf(kvr *v1alpha1.KVRouter, u *unstructured.Unstructured) workloadRole {
 func (r *KVRouterReconciler) writeStatus(ctx context.Context, kvr *v1alpha1.KVRouter) error {
 	own := kvr.Status.DeepCopy()
 	own.Cache, own.Endpoints, own.EndpointsOmitted = nil, nil, 0
+	if d := own.Disaggregation; d != nil {
+		// The pools' replica counts only: the rest is the poller's (routerpoll.go).
+		own.Disaggregation = &v1alpha1.DisaggregationStatus{Pools: v1alpha1.DisaggregationPools{
+			Prefill: v1alpha1.PoolStatus{Desired: d.Pools.Prefill.Desired, Ready: d.Pools.Prefill.Ready},
+			Decode:  v1alpha1.PoolStatus{Desired: d.Pools.Decode.Desired, Ready: d.Pools.Decode.Ready},
+		}}
+	}
 	own.Conditions = slices.DeleteFunc(own.Conditions, func(c metav1.Condition) bool { return isRouterCondition(c.Type) })
 	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(own)
 	if err != nil {
@@ -463,7 +476,7 @@ type childKey struct {
 // applyChild applies one rendered child. Under autoscaling the engine workload carries no
 // replicas: KEDA owns them, and the operator first hands over the count it used to apply.
 func (r *KVRouterReconciler) applyChild(ctx context.Context, kvr *v1alpha1.KVRouter, u *unstructured.Unstructured, role workloadRole) error {
-	if role == roleEngine && kvr.Spec.Autoscaling != nil {
+	if isAutoscaled(kvr, role) {
 		if err := handOverReplicas(ctx, r.Client, r.Scheme, u); err != nil {
 			return err
 		}
@@ -543,4 +556,23 @@ func (r *KVRouterReconciler) recordTransitions(before, after *v1alpha1.KVRouter,
 			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventInvalidSpec, "Render", "%s", obs.renderErr.Error())
 		}
 	}
+}
+
+// poolOf is the engine pool of an engine workload role.
+func poolOf(kvr *v1alpha1.KVRouter, role workloadRole) render.Pool {
+	switch {
+	case role == rolePrefill:
+		return render.PoolPrefill
+	case render.Disaggregated(kvr):
+		return render.PoolDecode
+	}
+	return render.PoolNone
+}
+
+// isAutoscaled says whether KEDA owns the replica count of the workload of role.
+func isAutoscaled(kvr *v1alpha1.KVRouter, role workloadRole) bool {
+	if role != roleEngine && role != rolePrefill {
+		return false
+	}
+	return render.PoolAutoscaled(kvr, poolOf(kvr, role))
 }

@@ -241,6 +241,12 @@ func (p *statusPoller) writeRouterStatus(ctx context.Context, kvr *v1alpha1.KVRo
 	if n := kvr.Status.EndpointsOmitted; n > 0 {
 		st["endpointsOmitted"] = int64(n)
 	}
+	// Only while the spec asks for the pools: the reconciler's desired and ready (required
+	// fields) leave when disaggregation is switched off, and pool figures of a router that still
+	// sees the old prefill engines would then make every status write invalid.
+	if d := pollerDisaggregation(kvr.Status.Disaggregation); d != nil && render.Disaggregated(kvr) {
+		st["disaggregation"] = d
+	}
 	var conds []any
 	for i := range kvr.Status.Conditions {
 		if !isRouterCondition(kvr.Status.Conditions[i].Type) {
@@ -303,4 +309,44 @@ func (r *KVRouterReconciler) recordRouterTransitions(before, after *v1alpha1.KVR
 		was != nil && was.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventRouterStatusUnavailable, "Observe", "%s", now.Message)
 	}
+}
+
+// pollerDisaggregation is the poller's part of status.disaggregation, built field by field: the
+// pools' desired and ready replicas are the reconciler's, and zero values are left out so that
+// the poller owns nothing it does not report.
+func pollerDisaggregation(d *v1alpha1.DisaggregationStatus) map[string]any {
+	if d == nil || d.Mode == "" {
+		return nil
+	}
+	m := map[string]any{"mode": d.Mode}
+	put := func(into map[string]any, k string, v any) {
+		switch x := v.(type) {
+		case string:
+			if x != "" {
+				into[k] = x
+			}
+		case int64:
+			if x != 0 {
+				into[k] = x
+			}
+		}
+	}
+	put(m, "splitShare", d.SplitShare)
+	put(m, "splitRequests", d.SplitRequests)
+	put(m, "wholeRequests", d.WholeRequests)
+	put(m, "fallbacks", d.Fallbacks)
+	pools := map[string]any{}
+	for name, p := range map[string]v1alpha1.PoolStatus{"prefill": d.Pools.Prefill, "decode": d.Pools.Decode} {
+		pm := map[string]any{}
+		put(pm, "hitRate", p.HitRate)
+		put(pm, "queuedPrefillTokens", p.QueuedPrefillTokens)
+		put(pm, "inFlight", p.InFlight)
+		if len(pm) > 0 {
+			pools[name] = pm
+		}
+	}
+	if len(pools) > 0 {
+		m["pools"] = pools
+	}
+	return m
 }

@@ -55,14 +55,18 @@ const (
 	ReasonServing         = "Serving"
 	ReasonStopped         = "Stopped"
 	ReasonEnginesNotReady = "EnginesNotReady"
-	ReasonRouterNotReady  = "RouterNotReady"
-	ReasonApplyFailed     = "ApplyFailed"
-	ReasonInvalidSpec     = "InvalidSpec"
-	ReasonCRDNotInstalled = "CRDNotInstalled"
-	ReasonInstalled       = "Installed"
-	ReasonRollingOut      = "RollingOut"
-	ReasonRolledOut       = "RolledOut"
-	ReasonAsExpected      = "AsExpected"
+	// ReasonPrefillPoolNotReady and ReasonDecodePoolNotReady: a disaggregated KVRouter has no
+	// ready engine in that pool.
+	ReasonPrefillPoolNotReady = "PrefillPoolNotReady"
+	ReasonDecodePoolNotReady  = "DecodePoolNotReady"
+	ReasonRouterNotReady      = "RouterNotReady"
+	ReasonApplyFailed         = "ApplyFailed"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonCRDNotInstalled     = "CRDNotInstalled"
+	ReasonInstalled           = "Installed"
+	ReasonRollingOut          = "RollingOut"
+	ReasonRolledOut           = "RolledOut"
+	ReasonAsExpected          = "AsExpected"
 )
 
 // workloadState is what the operator saw of a Deployment or LeaderWorkerSet after applying it.
@@ -83,6 +87,7 @@ type observation struct {
 	missing    []OptionalKind
 	engineGone bool // the engine workload could not be applied because its CRD is missing
 	engine     workloadState
+	prefill    workloadState
 	router     workloadState
 	// poolFallback: the spec asks for an InferencePool, but HTTPRoute mode was applied instead
 	// (withoutInferencePool): the CRD is missing, or (poolErr) the pool could not be applied and
@@ -116,9 +121,12 @@ func (o *observation) observeWorkload(live *unstructured.Unstructured, role work
 	default:
 		return nil
 	}
-	if role == roleEngine {
+	switch role {
+	case roleEngine:
 		o.engine = st
-	} else {
+	case rolePrefill:
+		o.prefill = st
+	default:
 		o.router = st
 	}
 	return nil
@@ -168,6 +176,37 @@ func desiredEngines(kvr *v1alpha1.KVRouter) int32 {
 	return 1
 }
 
+// desiredPrefill is the prefill replica count the spec asks for when the live workload cannot say.
+func desiredPrefill(kvr *v1alpha1.KVRouter) int32 {
+	d := kvr.Spec.Disaggregation
+	switch {
+	case d == nil:
+		return 0
+	case render.Stopped(kvr):
+		return 0
+	case d.Prefill.Autoscaling != nil:
+		return d.Prefill.Autoscaling.MinReplicas
+	case d.Prefill.Replicas != nil:
+		return *d.Prefill.Replicas
+	}
+	return 1
+}
+
+// disaggregationPools writes the pools' replica counts into status.disaggregation, keeping what
+// the status poller wrote there; nil when the KVRouter is not disaggregated.
+func disaggregationPools(kvr *v1alpha1.KVRouter, cur *v1alpha1.DisaggregationStatus, decode, prefill v1alpha1.ReplicaStatus) *v1alpha1.DisaggregationStatus {
+	if !render.Disaggregated(kvr) {
+		return nil
+	}
+	out := &v1alpha1.DisaggregationStatus{}
+	if cur != nil {
+		out = cur.DeepCopy()
+	}
+	out.Pools.Prefill.Desired, out.Pools.Prefill.Ready = prefill.Desired, prefill.Ready
+	out.Pools.Decode.Desired, out.Pools.Decode.Ready = decode.Desired, decode.Ready
+	return out
+}
+
 func desiredRouters(kvr *v1alpha1.KVRouter) int32 {
 	if r := kvr.Spec.Router.Replicas; r != nil {
 		return *r
@@ -185,6 +224,10 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 	if o.engine.present {
 		engines = v1alpha1.ReplicaStatus{Desired: o.engine.desired, Ready: o.engine.ready}
 	}
+	prefill := v1alpha1.ReplicaStatus{Desired: desiredPrefill(kvr)}
+	if o.prefill.present {
+		prefill = v1alpha1.ReplicaStatus{Desired: o.prefill.desired, Ready: o.prefill.ready}
+	}
 	routers := v1alpha1.ReplicaStatus{Desired: desiredRouters(kvr)}
 	if o.router.present {
 		routers = v1alpha1.ReplicaStatus{Desired: o.router.desired, Ready: o.router.ready}
@@ -192,7 +235,8 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 	if o.renderErr == nil {
 		st.Engines, st.Router = engines, routers
 		st.Replicas = engines.Ready
-		st.Selector = render.EngineSelector(kvr)
+		st.Selector = render.ScaleSelector(kvr)
+		st.Disaggregation = disaggregationPools(kvr, st.Disaggregation, engines, prefill)
 		served := kvr
 		if o.poolFallback {
 			served = withoutInferencePool(kvr)
@@ -228,10 +272,15 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 	// Progressing
 	counts := fmt.Sprintf("%d/%d engine replicas and %d/%d router replicas ready",
 		engines.Ready, engines.Desired, routers.Ready, routers.Desired)
+	if render.Disaggregated(kvr) {
+		counts = fmt.Sprintf("%d/%d prefill and %d/%d decode engine replicas and %d/%d router replicas ready",
+			prefill.Ready, prefill.Desired, engines.Ready, engines.Desired, routers.Ready, routers.Desired)
+	}
 	switch {
 	case o.renderErr != nil:
 		set(ConditionProgressing, metav1.ConditionFalse, ReasonInvalidSpec, "nothing is applied until the spec is fixed")
-	case !o.engine.present || !o.router.present || !o.engine.settled || !o.router.settled:
+	case !o.engine.present || !o.router.present || !o.engine.settled || !o.router.settled ||
+		(render.Disaggregated(kvr) && (!o.prefill.present || !o.prefill.settled)):
 		set(ConditionProgressing, metav1.ConditionTrue, ReasonRollingOut, counts)
 	default:
 		set(ConditionProgressing, metav1.ConditionFalse, ReasonRolledOut, counts)
@@ -248,8 +297,14 @@ func computeStatus(kvr *v1alpha1.KVRouter, o *observation) {
 	case engines.Desired == 0 && kvr.Spec.Autoscaling == nil:
 		// Argo CD maps the reason Stopped to Suspended rather than Degraded.
 		set(ConditionReady, metav1.ConditionFalse, ReasonStopped, "spec.engine.replicas is 0")
+	case engines.Ready == 0 && render.Disaggregated(kvr):
+		set(ConditionReady, metav1.ConditionFalse, ReasonDecodePoolNotReady, counts)
 	case engines.Ready == 0:
 		set(ConditionReady, metav1.ConditionFalse, ReasonEnginesNotReady, counts)
+	case render.Disaggregated(kvr) && prefill.Desired > 0 && prefill.Ready == 0:
+		// The decode engines serve every request whole meanwhile: not an outage, but not
+		// the fleet the spec asks for either.
+		set(ConditionReady, metav1.ConditionFalse, ReasonPrefillPoolNotReady, counts)
 	case routers.Ready == 0:
 		set(ConditionReady, metav1.ConditionFalse, ReasonRouterNotReady, counts)
 	default:

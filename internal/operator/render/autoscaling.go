@@ -54,22 +54,42 @@ const (
 	kedaTriggerPrometheus   = "prometheus"
 )
 
-// scaledObject scales the engine workload on waiting requests per replica. The signal comes from
-// the router's /v1/autoscale on its admin port (requests queued in engines and router) unless
-// spec.autoscaling.prometheus points at a Prometheus that scrapes the engines.
-func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructured {
+// defaultTargetQueueDepth is spec.autoscaling.targetQueueDepth's schema default, the prefill
+// pool's target when spec.autoscaling is not set.
+const defaultTargetQueueDepth = 4
+
+// scaledObject scales an engine pool's workload on waiting requests per replica. The signal comes
+// from the router's /v1/autoscale on its admin port (requests queued in engines and router; of
+// the pool's engines only when disaggregated) unless spec.autoscaling.prometheus points at a
+// Prometheus that scrapes the engines. Each pool has its own: prefill engines queue prompts,
+// decode engines streams, and one signal for both would grow the pool that is not short.
+func scaledObject(kvr *v1alpha1.KVRouter, opts Options, pool Pool) *unstructured.Unstructured {
 	a := kvr.Spec.Autoscaling
-	target := strconv.Itoa(int(a.TargetQueueDepth))
+	minReplicas, maxReplicas := int32(0), int32(0)
+	depth := int32(defaultTargetQueueDepth)
+	var prom *v1alpha1.PrometheusSpec
+	if a != nil {
+		minReplicas, maxReplicas, depth, prom = a.MinReplicas, a.MaxReplicas, a.TargetQueueDepth, a.Prometheus
+	}
+	if pool == PoolPrefill {
+		pa := kvr.Spec.Disaggregation.Prefill.Autoscaling
+		minReplicas, maxReplicas = pa.MinReplicas, pa.MaxReplicas
+	}
+	target := strconv.Itoa(int(depth))
+	url := RouterAdminURL(kvr) + autoscalePath
+	if pool != PoolNone {
+		url += "?role=" + string(pool)
+	}
 
 	var trigger map[string]any
-	if a.Prometheus != nil {
+	if prom != nil {
 		trigger = map[string]any{
 			"type":       kedaTriggerPrometheus,
 			"name":       autoscaleMetricName,
 			"metricType": metricTypeAverageValue,
 			"metadata": map[string]any{
-				"serverAddress": a.Prometheus.ServerAddress,
-				"query":         prometheusQuery(kvr),
+				"serverAddress": prom.ServerAddress,
+				"query":         prometheusQuery(kvr, pool),
 				"threshold":     target,
 				// An empty result means the engines are not scraped; say so (the
 				// ScaledObject turns not Ready) instead of reading it as zero and
@@ -83,7 +103,7 @@ func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructur
 			"name":       autoscaleMetricName,
 			"metricType": metricTypeAverageValue,
 			"metadata": map[string]any{
-				"url":           RouterAdminURL(kvr) + autoscalePath,
+				"url":           url,
 				"format":        "json",
 				"valueLocation": autoscaleValueLocation,
 				"targetValue":   target,
@@ -91,7 +111,10 @@ func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructur
 		}
 	}
 
-	meta := childMeta(kvr, opts, ScaledObjectName(kvr), NameEngine, ComponentEngine)
+	meta := childMeta(kvr, opts, PoolScaledObjectName(kvr, pool), NameEngine, ComponentEngine)
+	if pool != PoolNone {
+		meta.Labels[LabelRole] = string(pool)
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": ScaledObjectAPIVersion,
 		"kind":       ScaledObjectKind,
@@ -99,12 +122,12 @@ func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructur
 			"scaleTargetRef": map[string]any{
 				"apiVersion": EngineWorkloadAPIVersion(kvr),
 				"kind":       EngineWorkloadKind(kvr),
-				"name":       EngineWorkloadName(kvr),
+				"name":       PoolWorkloadName(kvr, pool),
 			},
 			"pollingInterval": int64(pollingIntervalSeconds),
 			// Always explicit: KEDA's default minimum is 0, which would unload the model.
-			"minReplicaCount": int64(a.MinReplicas),
-			"maxReplicaCount": int64(a.MaxReplicas),
+			"minReplicaCount": int64(minReplicas),
+			"maxReplicaCount": int64(maxReplicas),
 			"advanced": map[string]any{
 				"horizontalPodAutoscalerConfig": map[string]any{
 					"behavior": map[string]any{
@@ -133,14 +156,14 @@ func scaledObject(kvr *v1alpha1.KVRouter, opts Options) *unstructured.Unstructur
 	return u
 }
 
-// prometheusQuery sums the requests waiting in this KVRouter's serving pods. The pod pattern
+// prometheusQuery sums the requests waiting in the serving pods of one of this KVRouter's pools. The pod pattern
 // matches the pod names of the engine workload only (Deployment pods are
 // <workload>-<hash>-<suffix>, LeaderWorkerSet leaders <workload>-<group>), so a KVRouter whose
 // name extends this one's does not leak into the sum.
-func prometheusQuery(kvr *v1alpha1.KVRouter) string {
-	pods := EngineWorkloadName(kvr) + "-[a-z0-9]+-[a-z0-9]+"
+func prometheusQuery(kvr *v1alpha1.KVRouter, pool Pool) string {
+	pods := PoolWorkloadName(kvr, pool) + "-[a-z0-9]+-[a-z0-9]+"
 	if isMultiNode(kvr) {
-		pods = EngineWorkloadName(kvr) + "-[0-9]+"
+		pods = PoolWorkloadName(kvr, pool) + "-[0-9]+"
 	}
 	return fmt.Sprintf(`sum(%s{namespace=%q,pod=~%q})`, prometheusWaitingMetric, kvr.Namespace, pods)
 }

@@ -102,4 +102,36 @@ func Default(kvr *v1alpha1.KVRouter) {
 		}
 	}
 	defaultAPIKeys(kvr)
+	defaultDisaggregation(kvr)
+}
+
+func defaultDisaggregation(kvr *v1alpha1.KVRouter) {
+	d := kvr.Spec.Disaggregation
+	if d == nil {
+		return
+	}
+	if d.Prefill.Replicas == nil {
+		d.Prefill.Replicas = ptr.To[int32](1)
+	}
+	if a := d.Prefill.Autoscaling; a != nil && a.MinReplicas == 0 {
+		a.MinReplicas = 1
+	}
+	if d.Connector == "" {
+		d.Connector = v1alpha1.ConnectorNixl
+	}
+	if d.SideChannelPort == 0 {
+		d.SideChannelPort = DefaultSideChannelPort
+	}
+	if d.Network.Transport == "" {
+		d.Network.Transport = v1alpha1.TransportRDMA
+	}
+	if r := d.Network.RDMAResource; r != nil && r.Count == 0 {
+		r.Count = 1
+	}
+	if d.Mode == "" {
+		d.Mode = v1alpha1.DisaggregationAuto
+	}
+	if d.WholeRequestsOn == "" {
+		d.WholeRequestsOn = v1alpha1.WholeOnAny
+	}
 }

@@ -53,6 +53,15 @@ func TestDefaultMatchesCRD(t *testing.T) {
 			TensorParallel(4).NodesPerReplica(1).GPU("X", 4).BlockSize(64).RouterReplicas(4).
 			Policy(v1alpha1.PolicyLeastLoaded).Obj(),
 	}
+	disaggregated := wrappers.MakeKVRouter("m", "ns").Obj()
+	disaggregated.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{}
+	cases["disaggregation"] = disaggregated
+	pools := wrappers.MakeKVRouter("m", "ns").Obj()
+	pools.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{
+		Prefill: v1alpha1.PrefillPoolSpec{Autoscaling: &v1alpha1.PoolAutoscalingSpec{MaxReplicas: 3}},
+		Network: v1alpha1.KVNetworkSpec{RDMAResource: &v1alpha1.ExtendedResource{Name: "rdma/ib"}},
+	}
+	cases["disaggregation with prefill autoscaling and an RDMA device"] = pools
 	for name, in := range cases {
 		t.Run(name, func(t *testing.T) {
 			// What the API server stores: the schema's defaults applied to the JSON the

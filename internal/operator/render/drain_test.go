@@ -17,9 +17,11 @@ limitations under the License.
 package render_test
 
 import (
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kvrouter/kvrouter/api/v1alpha1"
 	"github.com/kvrouter/kvrouter/internal/operator/render"
@@ -48,5 +50,27 @@ func TestEnginePreStopDrains(t *testing.T) {
 				t.Errorf("grace period %v leaves under 30s after the %ds pause", spec.TerminationGracePeriodSeconds, pause)
 			}
 		})
+	}
+}
+
+// The pd-sidecar takes the Gateway's requests to an engine pod: it must drain like the engine,
+// and run no admin listener that could take the side channel's port.
+func TestPDSidecarDrainsAndListensOnce(t *testing.T) {
+	kvr := wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "").InferencePool("").Obj()
+	kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{SideChannelPort: 9090}
+	for _, name := range []string{"m-engine-prefill", "m-engine-decode"} {
+		spec := find[*appsv1.Deployment](t, mustObjects(t, kvr, render.Options{}), name).Spec.Template.Spec
+		i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == render.PDSidecarContainerName })
+		if i < 0 {
+			t.Fatalf("%s: no %s container", name, render.PDSidecarContainerName)
+		}
+		c := spec.Containers[i]
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 5 {
+			t.Errorf("%s: pd-sidecar has no preStop pause: %+v", name, c.Lifecycle)
+		}
+		j := slices.Index(c.Args, "--admin-addr")
+		if j < 0 || j+1 >= len(c.Args) || c.Args[j+1] != "" {
+			t.Errorf("%s: pd-sidecar args %q keep the router's default admin listener (:9090, here the side channel's port)", name, c.Args)
+		}
 	}
 }

@@ -86,7 +86,7 @@ type kvEventsConfig struct {
 }
 
 // engineArgs is the vLLM command line after `vllm serve` (or /vllm-sim), in the contract's order.
-func engineArgs(kvr *v1alpha1.KVRouter, role engineRole) ([]string, error) {
+func engineArgs(kvr *v1alpha1.KVRouter, role engineRole, pool Pool) ([]string, error) {
 	e := kvr.Spec.Engine
 	served := ServedName(kvr)
 	args := []string{
@@ -122,6 +122,13 @@ func engineArgs(kvr *v1alpha1.KVRouter, role engineRole) ([]string, error) {
 		args = append(args, multiNodeArgs(kvr, role)...)
 	}
 	args = append(args, loraArgs(kvr)...)
+	if pool != PoolNone {
+		ktc, err := kvTransferArgs(kvr)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, ktc...)
+	}
 	return append(args, e.ExtraArgs...), nil
 }
 
@@ -163,15 +170,15 @@ func EngineImage(kvr *v1alpha1.KVRouter, opts Options) string {
 
 // enginePodTemplate is the pod template of a single-node replica, or of the leader (roleServer)
 // or workers (roleWorker) of a multi-node one.
-func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (corev1.PodTemplateSpec, error) {
+func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole, pool Pool) (corev1.PodTemplateSpec, error) {
 	e := kvr.Spec.Engine
 	sim := kvr.Spec.Simulate
 
-	args, err := engineArgs(kvr, role)
+	args, err := engineArgs(kvr, role, pool)
 	if err != nil {
 		return corev1.PodTemplateSpec{}, err
 	}
-	env, err := engineEnv(kvr)
+	env, err := engineEnv(kvr, pool)
 	if err != nil {
 		return corev1.PodTemplateSpec{}, err
 	}
@@ -182,7 +189,7 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 		Command:         []string{"vllm", "serve"},
 		Args:            args,
 		Env:             env,
-		Resources:       engineResources(kvr),
+		Resources:       engineResources(kvr, pool),
 		SecurityContext: containerSecurityContext(sim),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: volumeHome, MountPath: homeDir},
@@ -203,6 +210,12 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 		c.StartupProbe, c.ReadinessProbe, c.LivenessProbe = engineProbes(kvr)
 		// The sleep action needs no binary in the image (the kvrouter image has none).
 		c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: engineDrainSeconds}}}
+	}
+	if pool != PoolNone {
+		// Every pod of a replica (workers too) holds KV blocks the other pool may pull.
+		c.Ports = append(c.Ports, corev1.ContainerPort{
+			Name: PortNameKVTransfer, ContainerPort: kvr.Spec.Disaggregation.SideChannelPort, Protocol: corev1.ProtocolTCP,
+		})
 	}
 
 	volumes := []corev1.Volume{
@@ -239,15 +252,19 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 		TerminationGracePeriodSeconds: ptr.To[int64](engineGracePeriod),
 		// The SCC sets fsGroup on OpenShift; a fixed one outside the namespace's range would be refused.
 		SecurityContext: podSecurityContext(engineUID(kvr, opts), !opts.PlatformAssignsUID),
-		Tolerations:     engineTolerations(kvr),
+		Tolerations:     engineTolerations(kvr, pool),
 	}
 	if !sim {
 		spec.NodeSelector = map[string]string{GPUProductLabel: e.GPU.Product}
 	}
+	annotations := map[string]string{"kubectl.kubernetes.io/default-container": EngineContainerName}
+	if pool != PoolNone {
+		addPoolToPodSpec(kvr, opts, role, pool, &spec, annotations)
+	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
-			Labels:      podLabels(kvr, NameEngine, component),
-			Annotations: map[string]string{"kubectl.kubernetes.io/default-container": EngineContainerName},
+			Labels:      poolPodLabels(kvr, component, pool),
+			Annotations: annotations,
 		},
 		Spec: spec,
 	}, nil
@@ -255,7 +272,7 @@ func enginePodTemplate(kvr *v1alpha1.KVRouter, opts Options, role engineRole) (c
 
 // engineEnv is the engine container's environment: the variables the contract fixes, the model
 // cache and token, then spec.engine.env (which may override HOME or HF_HOME, not the reserved ones).
-func engineEnv(kvr *v1alpha1.KVRouter) ([]corev1.EnvVar, error) {
+func engineEnv(kvr *v1alpha1.KVRouter, pool Pool) ([]corev1.EnvVar, error) {
 	hfHome := homeDir + "/.cache/huggingface"
 	if kvr.Spec.Model.CachePVC != "" {
 		hfHome = modelsDir
@@ -280,6 +297,7 @@ func engineEnv(kvr *v1alpha1.KVRouter) ([]corev1.EnvVar, error) {
 		}})
 	}
 	env = append(env, engineKeyEnv(kvr)...)
+	env = append(env, kvTransferEnv(kvr, pool)...)
 	reserved := map[string]bool{}
 	for _, r := range ReservedEngineEnv {
 		reserved[r] = true
@@ -304,11 +322,14 @@ func engineEnv(kvr *v1alpha1.KVRouter) ([]corev1.EnvVar, error) {
 	return env, nil
 }
 
-// engineResources is spec.engine.resources with the GPU limit set to the GPUs of one pod (one
-// tensor-parallel group). In simulate mode there is no GPU and small defaults apply when the spec
-// sets none.
-func engineResources(kvr *v1alpha1.KVRouter) corev1.ResourceRequirements {
+// engineResources is spec.engine.resources (or the pool's own) with the GPU limit set to the GPUs
+// of one pod (one tensor-parallel group), and a disaggregated pool's RDMA device. In simulate mode
+// there is no GPU nor RDMA device, and small defaults apply when the spec sets none.
+func engineResources(kvr *v1alpha1.KVRouter, pool Pool) corev1.ResourceRequirements {
 	r := *kvr.Spec.Engine.Resources.DeepCopy()
+	if ps := poolSpec(kvr, pool); ps != nil && ps.Resources != nil {
+		r = *ps.Resources.DeepCopy()
+	}
 	if kvr.Spec.Simulate {
 		if len(r.Requests) == 0 && len(r.Limits) == 0 {
 			r.Requests = corev1.ResourceList{
@@ -329,6 +350,14 @@ func engineResources(kvr *v1alpha1.KVRouter) corev1.ResourceRequirements {
 	if _, ok := r.Requests[GPUResource]; ok {
 		// Extended resources need requests equal to limits.
 		r.Requests[GPUResource] = gpus
+	}
+	if d := kvr.Spec.Disaggregation; pool != PoolNone && d.Network.RDMAResource != nil {
+		rdma := corev1.ResourceName(d.Network.RDMAResource.Name)
+		n := *resource.NewQuantity(int64(d.Network.RDMAResource.Count), resource.DecimalSI)
+		r.Limits[rdma] = n
+		if _, ok := r.Requests[rdma]; ok {
+			r.Requests[rdma] = n
+		}
 	}
 	return r
 }
@@ -352,13 +381,18 @@ func engineProbes(kvr *v1alpha1.KVRouter) (startup, readiness, liveness *corev1.
 }
 
 // engineTolerations tolerate the taint GPU node pools usually carry, then add the spec's own.
-func engineTolerations(kvr *v1alpha1.KVRouter) []corev1.Toleration {
+func engineTolerations(kvr *v1alpha1.KVRouter, pool Pool) []corev1.Toleration {
 	var t []corev1.Toleration
 	if !kvr.Spec.Simulate {
 		t = append(t, corev1.Toleration{Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	}
 	for _, u := range kvr.Spec.Engine.Tolerations {
 		t = append(t, *u.DeepCopy())
+	}
+	if ps := poolSpec(kvr, pool); ps != nil {
+		for _, u := range ps.Tolerations {
+			t = append(t, *u.DeepCopy())
+		}
 	}
 	return t
 }
@@ -418,17 +452,17 @@ func engineReplicas(kvr *v1alpha1.KVRouter) *int32 {
 	return ptr.To(ptr.Deref(kvr.Spec.Engine.Replicas, 1))
 }
 
-func engineDeployment(kvr *v1alpha1.KVRouter, opts Options) (*appsv1.Deployment, error) {
-	tpl, err := enginePodTemplate(kvr, opts, roleServer)
+func engineDeployment(kvr *v1alpha1.KVRouter, opts Options, pool Pool) (*appsv1.Deployment, error) {
+	tpl, err := enginePodTemplate(kvr, opts, roleServer, pool)
 	if err != nil {
 		return nil, err
 	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: childMeta(kvr, opts, EngineWorkloadName(kvr), NameEngine, ComponentEngine),
+		ObjectMeta: poolMeta(kvr, opts, pool),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: engineReplicas(kvr),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(kvr, NameEngine, ComponentEngine)},
+			Replicas: poolReplicas(kvr, pool),
+			Selector: &metav1.LabelSelector{MatchLabels: poolSelectorLabels(kvr, ComponentEngine, pool)},
 			Template: tpl,
 		},
 	}, nil

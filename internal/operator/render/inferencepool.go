@@ -59,7 +59,7 @@ func inferencePool(kvr *v1alpha1.KVRouter, opts Options) *infv1.InferencePool {
 		ObjectMeta: childMeta(kvr, opts, InferencePoolName(kvr), NameEngine, ComponentEngine),
 		Spec: infv1.InferencePoolSpec{
 			Selector:    infv1.LabelSelector{MatchLabels: sel},
-			TargetPorts: []infv1.Port{{Number: EnginePort}},
+			TargetPorts: []infv1.Port{{Number: inferencePoolTargetPort(kvr)}},
 			// AppProtocol stays unset although vLLM speaks HTTP/1.1 only: the field exists from
 			// Inference Extension v1.4.0 on, server-side apply refuses a field the CRD does not
 			// declare, and v1.0 to v1.3 CRDs would then refuse the whole pool. Unset means
@@ -74,4 +74,14 @@ func inferencePool(kvr *v1alpha1.KVRouter, opts Options) *infv1.InferencePool {
 			},
 		},
 	}
+}
+
+// inferencePoolTargetPort is where the Gateway sends requests in the pool's pods: vLLM's port,
+// or with disaggregation the pd-sidecar's, which runs a split request's prefill leg on the
+// engine the picker named in a header before the decode leg on its own engine.
+func inferencePoolTargetPort(kvr *v1alpha1.KVRouter) infv1.PortNumber {
+	if Disaggregated(kvr) {
+		return PDSidecarPort
+	}
+	return EnginePort
 }

@@ -125,11 +125,12 @@ func objectViolations(t testing.TB, kvr *v1alpha1.KVRouter, opts render.Options,
 			policies = append(policies, w)
 		}
 	}
-	if router.Labels == nil || service == nil || len(servers) != 1 {
-		add("want one router Deployment, one Service and one serving engine template; got router %v, Service %v, %d engine templates",
+	if router.Labels == nil || service == nil || len(servers) != len(render.EnginePools(kvr)) {
+		add("want one router Deployment, one Service and one serving engine template per pool; got router %v, Service %v, %d engine templates",
 			router.Labels != nil, service != nil, len(servers))
 		return out
 	}
+	out = append(out, poolTemplateViolations(t, kvr, servers, workers, policies)...)
 
 	for where, tpl := range podTemplates(objs) {
 		addErrs(where, metav1validation.ValidateLabels(tpl.Labels, field.NewPath("template", "labels")))
@@ -308,10 +309,15 @@ func poolViolations(t testing.TB, p *infv1.InferencePool, service *corev1.Servic
 			out = append(out, fmt.Sprintf("%s does not select the serving engine pods %v", id, s.Labels))
 		}
 		for _, tp := range p.Spec.TargetPorts {
+			// With disaggregation the Gateway reaches an engine through its pd-sidecar.
+			want := int32(render.EnginePort)
+			if s.Labels[render.LabelRole] != "" {
+				want = render.PDSidecarPort
+			}
 			if !slices.ContainsFunc(containerPorts(s.Spec), func(c corev1.ContainerPort) bool {
-				return c.ContainerPort == int32(tp.Number) && c.ContainerPort == render.EnginePort
+				return c.ContainerPort == int32(tp.Number) && c.ContainerPort == want
 			}) {
-				out = append(out, fmt.Sprintf("%s: target port %d is not the engines' HTTP port", id, tp.Number))
+				out = append(out, fmt.Sprintf("%s: target port %d is not the engines' port %d", id, tp.Number, want))
 			}
 		}
 	}
@@ -411,7 +417,8 @@ func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructure
 		}
 	case "ScaledObject":
 		ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "scaleTargetRef")
-		if ref["name"] != render.EngineWorkloadName(kvr) || ref["kind"] != render.EngineWorkloadKind(kvr) ||
+		if !slices.ContainsFunc(render.EnginePools(kvr), func(p render.Pool) bool { return ref["name"] == render.PoolWorkloadName(kvr, p) }) ||
+			ref["kind"] != render.EngineWorkloadKind(kvr) ||
 			ref["apiVersion"] != render.EngineWorkloadAPIVersion(kvr) {
 			out = append(out, fmt.Sprintf("%s: scaleTargetRef %v is not the engine workload", id, ref))
 		}
@@ -422,7 +429,12 @@ func unstructuredViolations(t testing.TB, kvr *v1alpha1.KVRouter, u *unstructure
 				continue
 			}
 			url, _, _ := unstructured.NestedString(tm, "metadata", "url")
-			if want := render.RouterAdminURL(kvr) + "/v1/autoscale"; url != want {
+			want := render.RouterAdminURL(kvr) + "/v1/autoscale"
+			if role := u.GetLabels()[render.LabelRole]; role != "" {
+				// Each pool scales on its own engines' queue.
+				want += "?role=" + role
+			}
+			if url != want {
 				out = append(out, fmt.Sprintf("%s: metrics-api url %q, want the admin port's %q", id, url, want))
 			}
 		}
@@ -673,4 +685,70 @@ func routeMatchesPath(r gwapiv1.HTTPRouteRule, path string) bool {
 		}
 	}
 	return false
+}
+
+// poolTemplateViolations checks the pools of a disaggregated KVRouter: one serving template per
+// pool, labelled with its role, each started with the KV connector and its side channel, which
+// the other engines of the KVRouter may reach and a stranger may not; and no trace of any of it
+// in an aggregated KVRouter.
+func poolTemplateViolations(t testing.TB, kvr *v1alpha1.KVRouter, servers, workers []corev1.PodTemplateSpec,
+	policies []*networkingv1.NetworkPolicy) []string {
+	var out []string
+	kvr = kvr.DeepCopy()
+	render.Default(kvr)
+	roles := map[string]bool{}
+	for _, tpl := range append(slices.Clone(servers), workers...) {
+		role := tpl.Labels[render.LabelRole]
+		c := tpl.Spec.Containers[0]
+		hasConnector := slices.Contains(c.Args, "--kv-transfer-config")
+		hasEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "VLLM_NIXL_SIDE_CHANNEL_PORT" })
+		if !render.Disaggregated(kvr) {
+			if role != "" || hasConnector || hasEnv {
+				out = append(out, fmt.Sprintf("aggregated engine pods %v carry a role, the connector or its side channel", tpl.Labels))
+			}
+			continue
+		}
+		if role != string(render.PoolPrefill) && role != string(render.PoolDecode) {
+			out = append(out, fmt.Sprintf("engine pods %v have no pool role", tpl.Labels))
+		}
+		if !hasConnector || !hasEnv || !slices.Contains(c.Args, "--kv-events-config") {
+			out = append(out, fmt.Sprintf("%s engine pods lack --kv-transfer-config, --kv-events-config or the side-channel port", role))
+		}
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == render.PortNameKVTransfer && p.ContainerPort == kvr.Spec.Disaggregation.SideChannelPort
+		}) {
+			out = append(out, fmt.Sprintf("%s engine pods do not declare port %s", role, render.PortNameKVTransfer))
+		}
+	}
+	for _, s := range servers {
+		roles[s.Labels[render.LabelRole]] = true
+	}
+	if render.Disaggregated(kvr) {
+		if !roles[string(render.PoolPrefill)] || !roles[string(render.PoolDecode)] {
+			out = append(out, fmt.Sprintf("serving pools %v, want prefill and decode", roles))
+		}
+		port := kvr.Spec.Disaggregation.SideChannelPort
+		for _, s := range servers {
+			for _, peer := range servers {
+				if !ingressAllowed(t, policies, podOf("peer engine", kvr.Namespace, peer), podOf("engine", kvr.Namespace, s), port) {
+					out = append(out, fmt.Sprintf("NetworkPolicy: side-channel port %d of the %s pool closed to the %s pool",
+						port, s.Labels[render.LabelRole], peer.Labels[render.LabelRole]))
+				}
+			}
+			// UCX over TCP (transport TCP, and NVLink's fallback) listens on ports chosen at run time.
+			if tr := kvr.Spec.Disaggregation.Network.Transport; tr == v1alpha1.TransportTCP || tr == v1alpha1.TransportNVLink {
+				for _, peer := range servers {
+					if !ingressAllowed(t, policies, podOf("peer engine", kvr.Namespace, peer), podOf("engine", kvr.Namespace, s), 41234) {
+						out = append(out, fmt.Sprintf("NetworkPolicy: transport %s, but UCX's run-time TCP ports of the %s pool are closed to the %s pool",
+							tr, s.Labels[render.LabelRole], peer.Labels[render.LabelRole]))
+					}
+				}
+			}
+			stranger := pod{name: "stranger", namespace: kvr.Namespace, labels: map[string]string{"app": "x"}}
+			if ingressAllowed(t, policies, stranger, podOf("engine", kvr.Namespace, s), port) {
+				out = append(out, fmt.Sprintf("NetworkPolicy: side-channel port %d open to a stranger", port))
+			}
+		}
+	}
+	return out
 }

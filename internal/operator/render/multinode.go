@@ -51,20 +51,20 @@ func multiNodeArgs(kvr *v1alpha1.KVRouter, role engineRole) []string {
 // engineLeaderWorkerSet runs one replica as a group of spec.engine.nodesPerReplica pods (tensor
 // parallel inside each node, pipeline parallel across them). A group is restarted as a whole when
 // any of its pods restarts: a vLLM process group cannot re-admit a member.
-func engineLeaderWorkerSet(kvr *v1alpha1.KVRouter, opts Options) (*lwsv1.LeaderWorkerSet, error) {
-	leader, err := enginePodTemplate(kvr, opts, roleServer)
+func engineLeaderWorkerSet(kvr *v1alpha1.KVRouter, opts Options, pool Pool) (*lwsv1.LeaderWorkerSet, error) {
+	leader, err := enginePodTemplate(kvr, opts, roleServer, pool)
 	if err != nil {
 		return nil, err
 	}
-	worker, err := enginePodTemplate(kvr, opts, roleWorker)
+	worker, err := enginePodTemplate(kvr, opts, roleWorker, pool)
 	if err != nil {
 		return nil, err
 	}
 	return &lwsv1.LeaderWorkerSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: lwsv1.GroupVersion.String(), Kind: "LeaderWorkerSet"},
-		ObjectMeta: childMeta(kvr, opts, EngineWorkloadName(kvr), NameEngine, ComponentEngine),
+		ObjectMeta: poolMeta(kvr, opts, pool),
 		Spec: lwsv1.LeaderWorkerSetSpec{
-			Replicas: engineReplicas(kvr),
+			Replicas: poolReplicas(kvr, pool),
 			LeaderWorkerTemplate: lwsv1.LeaderWorkerTemplate{
 				LeaderTemplate: &leader,
 				WorkerTemplate: worker,

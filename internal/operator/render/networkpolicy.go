@@ -53,7 +53,12 @@ func engineNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 		},
 		{Ports: []networkingv1.NetworkPolicyPort{port(EnginePort)}},
 	}
-	if isMultiNode(kvr) {
+	if Disaggregated(kvr) {
+		rules = append(rules, disaggregationIngress(kvr, enginePods, port)...)
+	}
+	if isMultiNode(kvr) || usesUCXTCP(kvr) {
+		// UCX's TCP transport, like vLLM's rendezvous and NCCL, listens on ports chosen at
+		// run time: open every port between this KVRouter's engines.
 		rules = append(rules, networkingv1.NetworkPolicyIngressRule{
 			From: []networkingv1.NetworkPolicyPeer{{PodSelector: enginePods.DeepCopy()}},
 		})
@@ -96,7 +101,7 @@ func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 		},
 		{NamespaceSelector: opts.monitoringNamespaces()},
 	}
-	if a := kvr.Spec.Autoscaling; a != nil && a.Prometheus == nil {
+	if readsRouterAutoscale(kvr) {
 		readers = append(readers, networkingv1.NetworkPolicyPeer{NamespaceSelector: opts.autoscalerNamespaces()})
 	}
 	public := []networkingv1.NetworkPolicyPort{port(RouterPort)}
@@ -115,4 +120,30 @@ func routerNetworkPolicy(kvr *v1alpha1.KVRouter, opts Options) *networkingv1.Net
 			},
 		},
 	}
+}
+
+// disaggregationIngress opens the connector's side channel (the handshake that tells a decode
+// engine where a prefill engine's blocks are) to this KVRouter's engines only, and the
+// pd-sidecar port, like the engines' OpenAI port, to every source (the Gateway's data plane).
+func disaggregationIngress(kvr *v1alpha1.KVRouter, enginePods *metav1.LabelSelector,
+	port func(int) networkingv1.NetworkPolicyPort) []networkingv1.NetworkPolicyIngressRule {
+	rules := []networkingv1.NetworkPolicyIngressRule{{
+		Ports: []networkingv1.NetworkPolicyPort{port(int(kvr.Spec.Disaggregation.SideChannelPort))},
+		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: enginePods.DeepCopy()}},
+	}}
+	if UsesInferencePool(kvr) {
+		rules = append(rules, networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{port(PDSidecarPort)}})
+	}
+	return rules
+}
+
+// readsRouterAutoscale says whether a ScaledObject of this KVRouter reads the router's
+// /v1/autoscale (rather than Prometheus), so that KEDA must reach the router's admin port.
+func readsRouterAutoscale(kvr *v1alpha1.KVRouter) bool {
+	a := kvr.Spec.Autoscaling
+	if a != nil && a.Prometheus == nil {
+		return true
+	}
+	d := kvr.Spec.Disaggregation
+	return d != nil && d.Prefill.Autoscaling != nil && (a == nil || a.Prometheus == nil)
 }

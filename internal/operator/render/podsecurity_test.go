@@ -216,15 +216,28 @@ func securityMatrix() map[string]*v1alpha1.KVRouter {
 	keyed := wrappers.MakeKVRouter("m", "ns").Obj()
 	keyed.Spec.Router.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "client-keys"}
 	keyed.Spec.Engine.APIKeySecret = &v1alpha1.SecretKeyRef{Name: "engine-key"}
+	disaggregated := func(w *wrappers.KVRouterWrapper) *v1alpha1.KVRouter {
+		kvr := w.Obj()
+		kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{
+			Prefill: v1alpha1.PrefillPoolSpec{Replicas: ptr.To[int32](2)},
+			Network: v1alpha1.KVNetworkSpec{Attachments: []string{"rdma-net"}, RDMAResource: &v1alpha1.ExtendedResource{Name: "rdma/ib"}},
+		}
+		return kvr
+	}
 	return map[string]*v1alpha1.KVRouter{
-		"single node":        wrappers.MakeKVRouter("m", "ns").Obj(),
-		"simulate":           wrappers.MakeKVRouter("m", "ns").Simulate().Obj(),
-		"LWS multinode":      wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(),
-		"LWS simulate":       wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(4).Simulate().Obj(),
-		"autoscaling":        wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Prometheus("http://prom:9090").Obj(),
-		"gateway":            wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").Obj(),
-		"inference pool":     wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").InferencePool("").Obj(),
-		"inference pool LWS": wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Gateway("gw", "", "").InferencePool(v1alpha1.FailClose).Obj(),
+		"disaggregated":                    disaggregated(wrappers.MakeKVRouter("m", "ns").Replicas(2)),
+		"disaggregated simulate":           disaggregated(wrappers.MakeKVRouter("m", "ns").Simulate()),
+		"disaggregated autoscaling":        disaggregated(wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4)),
+		"disaggregated inference pool LWS": disaggregated(wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Gateway("gw", "", "").InferencePool(v1alpha1.FailClose)),
+		"disaggregated inference pool":     disaggregated(wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "").InferencePool("")),
+		"single node":                      wrappers.MakeKVRouter("m", "ns").Obj(),
+		"simulate":                         wrappers.MakeKVRouter("m", "ns").Simulate().Obj(),
+		"LWS multinode":                    wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Obj(),
+		"LWS simulate":                     wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(4).Simulate().Obj(),
+		"autoscaling":                      wrappers.MakeKVRouter("m", "ns").Autoscaling(1, 4).Prometheus("http://prom:9090").Obj(),
+		"gateway":                          wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").Obj(),
+		"inference pool":                   wrappers.MakeKVRouter("m", "ns").Gateway("gw", "infra", "llm.example.com").InferencePool("").Obj(),
+		"inference pool LWS":               wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(2).Gateway("gw", "", "").InferencePool(v1alpha1.FailClose).Obj(),
 		"inference pool API keys": wrappers.MakeKVRouter("m", "ns").Gateway("gw", "", "h").InferencePool(v1alpha1.FailClose).
 			RouterAPIKeySecret("client-keys", "").EngineAPIKeySecret("engine-key", "").Obj(),
 		"cache PVC":          pvc,

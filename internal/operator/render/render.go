@@ -33,8 +33,8 @@ import (
 // The KVRouter is not modified: Objects defaults and validates a copy, so it accepts both an
 // object read from the API server and a manifest read from a file. Optional kinds are included
 // whenever the spec asks for them (the HTTPRoute with spec.gateway, the InferencePool with
-// spec.gateway.mode InferencePool, the ScaledObject with
-// spec.autoscaling, a LeaderWorkerSet with nodesPerReplica > 1, the ServiceMonitor, PodMonitor
+// spec.gateway.mode InferencePool, a ScaledObject per autoscaled engine pool (spec.autoscaling,
+// spec.disaggregation.prefill.autoscaling), a LeaderWorkerSet per pool with nodesPerReplica > 1, the ServiceMonitor, PodMonitor
 // and PrometheusRule with spec.monitoring); whether their CRDs are installed is for the caller to check.
 func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 	kvr := in.DeepCopy()
@@ -43,36 +43,41 @@ func Objects(in *v1alpha1.KVRouter, opts Options) ([]client.Object, error) {
 		return nil, fmt.Errorf("invalid KVRouter %s/%s: %w", in.Namespace, in.Name, err)
 	}
 
-	var engine client.Object
-	var err error
-	if isMultiNode(kvr) {
-		engine, err = engineLeaderWorkerSet(kvr, opts)
-	} else {
-		engine, err = engineDeployment(kvr, opts)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("rendering engine workload of %s/%s: %w", kvr.Namespace, kvr.Name, err)
-	}
-
 	objs := []client.Object{
 		routerServiceAccount(kvr, opts),
 		routerRole(kvr, opts),
 		routerRoleBinding(kvr, opts),
-		engine,
+	}
+	for _, pool := range EnginePools(kvr) {
+		var engine client.Object
+		var err error
+		if isMultiNode(kvr) {
+			engine, err = engineLeaderWorkerSet(kvr, opts, pool)
+		} else {
+			engine, err = engineDeployment(kvr, opts, pool)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rendering engine workload of %s/%s: %w", kvr.Namespace, kvr.Name, err)
+		}
+		objs = append(objs, engine)
+	}
+	objs = append(objs,
 		engineNetworkPolicy(kvr, opts),
 		routerDeployment(kvr, opts),
 		routerNetworkPolicy(kvr, opts),
 		routerService(kvr, opts),
 		routerPDB(kvr, opts),
-	}
+	)
 	if UsesInferencePool(kvr) {
 		objs = append(objs, inferencePool(kvr, opts))
 	}
 	if kvr.Spec.Gateway != nil {
 		objs = append(objs, httpRoute(kvr, opts))
 	}
-	if kvr.Spec.Autoscaling != nil {
-		objs = append(objs, scaledObject(kvr, opts))
+	for _, pool := range EnginePools(kvr) {
+		if poolAutoscaled(kvr, pool) {
+			objs = append(objs, scaledObject(kvr, opts, pool))
+		}
 	}
 	if kvr.Spec.Monitoring != nil {
 		objs = append(objs, serviceMonitor(kvr, opts), podMonitor(kvr, opts), prometheusRule(kvr, opts))

@@ -141,7 +141,7 @@ func routeBackend(kvr *v1alpha1.KVRouter) gwapiv1.BackendObjectReference {
 			Group: ptr.To(gwapiv1.Group(InferencePoolGroup)),
 			Kind:  ptr.To(gwapiv1.Kind(InferencePoolKind)),
 			Name:  gwapiv1.ObjectName(InferencePoolName(kvr)),
-			Port:  ptr.To(gwapiv1.PortNumber(EnginePort)),
+			Port:  ptr.To(gwapiv1.PortNumber(inferencePoolTargetPort(kvr))),
 		}
 	}
 	return gwapiv1.BackendObjectReference{

@@ -82,6 +82,7 @@ func routerArgs(kvr *v1alpha1.KVRouter) []string {
 		args = append(args, "--session-header", h)
 	}
 	args = append(args, routerTokenizerArgs(kvr)...)
+	args = append(args, disaggregationRouterArgs(kvr)...)
 	return append(args, routerKeyArgs(kvr)...)
 }
 

@@ -181,6 +181,7 @@ func Validate(kvr *v1alpha1.KVRouter) error {
 				"must be an http:// or https:// URL"))
 		}
 	}
+	errs = append(errs, validateDisaggregation(kvr)...)
 	if m := kvr.Spec.Monitoring; m != nil {
 		mp := spec.Child("monitoring")
 		errs = append(errs, metav1validation.ValidateLabels(m.Labels, mp.Child("labels"))...)

@@ -199,6 +199,72 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		kvr.Spec.Gateway.ModelMatch = match
 		agree(fmt.Sprintf("modelMatch %q", match), kvr)
 	}
+	// spec.disaggregation: its enums, bounds and CEL rules, and the rules that keep its flag and
+	// variables out of spec.engine.extraArgs and env.
+	for _, mode := range []v1alpha1.DisaggregationMode{"", v1alpha1.DisaggregationAuto, v1alpha1.DisaggregationThreshold, v1alpha1.DisaggregationNever, "Sometimes"} {
+		for _, tokens := range []*int32{nil, ptr.To[int32](0), ptr.To[int32](512), ptr.To[int32](10000001)} {
+			kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+			kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{Mode: mode, ThresholdTokens: tokens}
+			agree(fmt.Sprintf("disaggregation mode %q thresholdTokens %v", mode, ptr.Deref(tokens, -1)), kvr)
+		}
+	}
+	for _, port := range []int32{0, 80, 1023, 1024, 5557, 5558, 5600, 8000, 8200, 9002, 29501, 65535, 65536} {
+		for _, nodes := range []int32{1, 2} {
+			kvr := wrappers.MakeKVRouter("m", "ns").TensorParallel(8).NodesPerReplica(nodes).Obj()
+			kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{SideChannelPort: port}
+			agree(fmt.Sprintf("sideChannelPort %d nodesPerReplica %d", port, nodes), kvr)
+		}
+	}
+	for _, mode := range []v1alpha1.DisaggregationMode{"", v1alpha1.DisaggregationAuto, v1alpha1.DisaggregationAlways, v1alpha1.DisaggregationNever} {
+		for _, whole := range []v1alpha1.WholeRequestsOn{"", v1alpha1.WholeOnAny, v1alpha1.WholeOnDecode} {
+			kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+			kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{Mode: mode, WholeRequestsOn: whole}
+			agree(fmt.Sprintf("disaggregation mode %q wholeRequestsOn %q", mode, whole), kvr)
+		}
+	}
+	for _, mm := range [][2]int32{{0, 1}, {1, 1}, {2, 1}, {1, 1000}, {1, 1001}, {3, 0}} {
+		for _, replicas := range []*int32{nil, ptr.To[int32](0), ptr.To[int32](2), ptr.To[int32](1001)} {
+			kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+			kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{Prefill: v1alpha1.PrefillPoolSpec{Replicas: replicas,
+				Autoscaling: &v1alpha1.PoolAutoscalingSpec{MinReplicas: mm[0], MaxReplicas: mm[1]}}}
+			agree(fmt.Sprintf("prefill replicas %v autoscaling %v", ptr.Deref(replicas, -1), mm), kvr)
+		}
+	}
+	for _, c := range []v1alpha1.KVConnector{"", v1alpha1.ConnectorNixl, v1alpha1.ConnectorLMCache, "P2pNcclConnector"} {
+		for _, tr := range []v1alpha1.KVTransport{"", v1alpha1.TransportRDMA, v1alpha1.TransportRoCE, v1alpha1.TransportNVLink, v1alpha1.TransportTCP, "EFA"} {
+			for _, whole := range []v1alpha1.WholeRequestsOn{"", v1alpha1.WholeOnAny, v1alpha1.WholeOnDecode, "Prefill"} {
+				kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+				kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{Connector: c, WholeRequestsOn: whole, Network: v1alpha1.KVNetworkSpec{Transport: tr}}
+				agree(fmt.Sprintf("connector %q transport %q wholeRequestsOn %q", c, tr, whole), kvr)
+			}
+		}
+	}
+	for _, att := range []string{"rdma-net", "fabric/ib-b", "net.v1", "Upper", "a/b/c", "-x", strings.Repeat("a", 254)} {
+		for _, res := range []string{"rdma/ib", "nvidia.com/sriov_rdma_vf", "rdma", "bad name", "", "nvidia.com/gpu"} {
+			kvr := wrappers.MakeKVRouter("m", "ns").Obj()
+			kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{Network: v1alpha1.KVNetworkSpec{Attachments: []string{att},
+				RDMAResource: &v1alpha1.ExtendedResource{Name: res}}}
+			agree(fmt.Sprintf("attachment %q rdmaResource %q", att, res), kvr)
+		}
+	}
+	for _, withPools := range []bool{false, true} {
+		for _, args := range [][]string{nil, {"--kv-transfer-config", "{}"}, {"--kv_transfer_config={}"}, {"--kv-transfer-configs"}, {"--kv-events-config={}"},
+			{"--kv-transfer-config.kv_role=kv_producer"}, {"--kv_transfer_config.kv_connector", "X"},
+			{"--data-parallel-size=2"}, {"--data-parallel-size=1"}, {"--data_parallel_size=01"}, {"-dp", "2"}, {"-dp=1"}, {"-dpl=4"},
+			{"--data-parallel-size-local", "1"}, {"--data-parallel-rank=1"}, {"--data-parallel-sizes=2"}} {
+			for _, env := range []string{"", "VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "UCX_TLS", "UCX_NET_DEVICES"} {
+				w := wrappers.MakeKVRouter("m", "ns").ExtraArgs(args...)
+				if env != "" {
+					w = w.Env(env, "x")
+				}
+				kvr := w.Obj()
+				if withPools {
+					kvr.Spec.Disaggregation = &v1alpha1.DisaggregationSpec{}
+				}
+				agree(fmt.Sprintf("disaggregation %v extraArgs %q env %q", withPools, args, env), kvr)
+			}
+		}
+	}
 	for _, uid := range []int64{-1, 0, 1, 2000, 2147483647, 2147483648} {
 		kvr := wrappers.MakeKVRouter("m", "ns").Obj()
 		kvr.Spec.Engine.RunAsUser = &uid

@@ -150,6 +150,7 @@ func Apply(st *v1alpha1.KVRouterStatus, gen int64, want Expect, doc *routerapi.S
 		cache.PreemptionsPerMinute = perMinute(doc.Fleet.PreemptionsPerMinute)
 	}
 	rows, omitted := endpointRows(doc, th.MaxEndpoints)
+	dis := disaggregation(st.Disaggregation, doc)
 
 	old := st.Cache
 	var oldCache v1alpha1.CacheStatus
@@ -158,7 +159,8 @@ func Apply(st *v1alpha1.KVRouterStatus, gen int64, want Expect, doc *routerapi.S
 		oldCache.LastSampleTime = nil
 	}
 	changed := old == nil || !equality.Semantic.DeepEqual(oldCache, cache) ||
-		!equality.Semantic.DeepEqual(st.Endpoints, rows) || st.EndpointsOmitted != omitted
+		!equality.Semantic.DeepEqual(st.Endpoints, rows) || st.EndpointsOmitted != omitted ||
+		!equality.Semantic.DeepEqual(st.Disaggregation, dis)
 	stale := old == nil || old.LastSampleTime == nil || now.Sub(old.LastSampleTime.Time) >= th.RefreshEvery
 	if changed || stale {
 		t := metav1.NewTime(now.Truncate(time.Second))
@@ -166,6 +168,7 @@ func Apply(st *v1alpha1.KVRouterStatus, gen int64, want Expect, doc *routerapi.S
 		st.Cache = &cache
 		st.Endpoints = rows
 		st.EndpointsOmitted = omitted
+		st.Disaggregation = dis
 	}
 
 	applyThrashing(st, set, doc, engines, th)
@@ -356,7 +359,7 @@ func endpointRows(doc *routerapi.Status, limit int) ([]v1alpha1.EndpointStatus, 
 	rows := make([]v1alpha1.EndpointStatus, 0, n)
 	for _, e := range doc.Endpoints[:n] {
 		r := v1alpha1.EndpointStatus{Name: e.Name, Ready: e.Ready, NotReadyReason: e.NotReadyReason,
-			EventsHealthy: eventsProblem(e) == ""}
+			EventsHealthy: eventsProblem(e) == "", Role: e.Role}
 		if sus := e.Suspect; sus != nil {
 			// Whole seconds, as the API server keeps it, so that an unchanged ejection compares
 			// equal to what the status already shows and causes no write.
@@ -409,4 +412,59 @@ func clamp01(f float64) float64 {
 		return 1
 	}
 	return f
+}
+
+// Pool roles as the router reports them (internal/router/discovery's RolePrefill and RoleDecode).
+const (
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// disaggregation is status.disaggregation with the router's view of the split written over the
+// poller's fields of cur. The pools' desired and ready replicas are the reconciler's (from the
+// workloads) and are kept. Without a disaggregation section from the router, the poller's fields
+// are cleared.
+func disaggregation(cur *v1alpha1.DisaggregationStatus, doc *routerapi.Status) *v1alpha1.DisaggregationStatus {
+	var out v1alpha1.DisaggregationStatus
+	if cur != nil {
+		out.Pools.Prefill.Desired, out.Pools.Prefill.Ready = cur.Pools.Prefill.Desired, cur.Pools.Prefill.Ready
+		out.Pools.Decode.Desired, out.Pools.Decode.Ready = cur.Pools.Decode.Desired, cur.Pools.Decode.Ready
+	}
+	d := doc.Disaggregation
+	if d == nil {
+		if cur == nil {
+			return nil
+		}
+		return &out
+	}
+	out.Mode = d.Mode
+	out.SplitShare = percent(d.SplitShare)
+	out.SplitRequests = int64(min(d.SplitRequests, uint64(1)<<62))
+	out.WholeRequests = int64(min(d.WholeRequests, uint64(1)<<62))
+	out.Fallbacks = int64(min(d.Fallbacks, uint64(1)<<62))
+	for role, ps := range map[string]*v1alpha1.PoolStatus{RolePrefill: &out.Pools.Prefill, RoleDecode: &out.Pools.Decode} {
+		p := d.Pools[role]
+		ps.QueuedPrefillTokens = int64(p.QueuedPrefillTokens)
+		ps.InFlight = int64(p.InFlight)
+		ps.HitRate = poolHitRate(doc, role)
+	}
+	return &out
+}
+
+// poolHitRate is the mean hit rate of the pool's engines that had queries in the window: each
+// engine counts once (a data-parallel engine's ranks share its metrics), whatever its traffic,
+// so one busy engine does not hide a cold one.
+func poolHitRate(doc *routerapi.Status, role string) string {
+	sum, n := 0.0, 0
+	for _, e := range doc.Endpoints {
+		if e.Role != role || e.Engine == nil || e.Rank != 0 || !e.Engine.HitRateValid {
+			continue
+		}
+		sum += e.Engine.HitRate
+		n++
+	}
+	if n == 0 {
+		return ""
+	}
+	return percent(sum / float64(n))
 }

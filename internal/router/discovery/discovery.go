@@ -43,7 +43,21 @@ type Endpoint struct {
 	// Ready is false for an engine that exists but must not get traffic (pod not ready,
 	// terminating).
 	Ready bool `json:"ready"`
+	// Role is the engine's pool in a disaggregated fleet (RolePrefill or RoleDecode), from the
+	// pod's RoleLabel or the endpoints file; empty when the fleet is not split.
+	Role string `json:"role,omitempty"`
 }
+
+// Engine roles in a disaggregated fleet, and the pod label that carries them (the operator's
+// render package sets it; a test there keeps the two spellings equal).
+const (
+	RoleLabel   = "serving.kvrouter.dev/role"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// KnownRole reports whether role names a pool of a disaggregated fleet.
+func KnownRole(role string) bool { return role == RolePrefill || role == RoleDecode }
 
 // Ranks returns the number of data-parallel ranks, at least 1.
 func (e Endpoint) Ranks() int { return max(1, e.DPRanks) }

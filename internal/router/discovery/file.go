@@ -38,6 +38,7 @@ import (
 //	    kvReplay: tcp://127.0.0.1:5558
 //	    dpRanks: 1          # optional
 //	    ready: true         # optional, default true
+//	    role: prefill       # optional: prefill or decode in a disaggregated fleet
 type fileSpec struct {
 	Endpoints []fileEndpoint `json:"endpoints"`
 }
@@ -49,6 +50,7 @@ type fileEndpoint struct {
 	KVReplay string `json:"kvReplay,omitempty"`
 	DPRanks  int    `json:"dpRanks,omitempty"`
 	Ready    *bool  `json:"ready,omitempty"`
+	Role     string `json:"role,omitempty"`
 }
 
 // ParseFile parses an endpoints file. Unknown fields are errors (a typo such as `kvevent:` would
@@ -62,7 +64,10 @@ func ParseFile(data []byte) ([]Endpoint, error) {
 	seen := map[string]bool{}
 	for _, fe := range spec.Endpoints {
 		e := Endpoint{Name: fe.Name, URL: fe.URL, KVEvents: fe.KVEvents, KVReplay: fe.KVReplay,
-			DPRanks: fe.DPRanks, Ready: fe.Ready == nil || *fe.Ready}
+			DPRanks: fe.DPRanks, Ready: fe.Ready == nil || *fe.Ready, Role: fe.Role}
+		if e.Role != "" && !KnownRole(e.Role) {
+			return nil, fmt.Errorf("endpoints file: endpoint %s: role %q: want %s or %s", fe.Name, fe.Role, RolePrefill, RoleDecode)
+		}
 		e, err := validate(e)
 		if err != nil {
 			return nil, fmt.Errorf("endpoints file: %w", err)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -57,6 +58,10 @@ type Kubernetes struct {
 	Log     logr.Logger
 	// Debounce coalesces bursts of pod events (default 200 ms).
 	Debounce time.Duration
+
+	// badRoles remembers the pods whose RoleLabel value was unknown, so each is logged once.
+	badRolesMu sync.Mutex
+	badRoles   map[string]string
 }
 
 // Run implements Source.
@@ -148,6 +153,7 @@ func (k *Kubernetes) endpoints(p *corev1.Pod) []Endpoint {
 	}
 	ip := p.Status.PodIP
 	ready := p.DeletionTimestamp == nil && podReady(p)
+	role := k.role(p)
 	eps := make([]Endpoint, 0, len(ports))
 	for i, port := range ports {
 		e := Endpoint{
@@ -155,6 +161,7 @@ func (k *Kubernetes) endpoints(p *corev1.Pod) []Endpoint {
 			URL:     "http://" + net.JoinHostPort(ip, strconv.Itoa(port)),
 			DPRanks: k.DPRanks,
 			Ready:   ready,
+			Role:    role,
 		}
 		if len(ports) > 1 {
 			e.Name = p.Name + ":" + strconv.Itoa(port)
@@ -164,6 +171,28 @@ func (k *Kubernetes) endpoints(p *corev1.Pod) []Endpoint {
 		eps = append(eps, e)
 	}
 	return eps
+}
+
+// role is the pod's pool from its RoleLabel. An unknown value is logged (once per pod and value)
+// and the pod treated as having no role: it still serves whole requests, which is what any
+// engine with the kv_both connector can do, rather than vanish from routing over a typo.
+func (k *Kubernetes) role(p *corev1.Pod) string {
+	v, ok := p.Labels[RoleLabel]
+	if !ok || KnownRole(v) {
+		return v
+	}
+	k.badRolesMu.Lock()
+	if k.badRoles == nil {
+		k.badRoles = map[string]string{}
+	}
+	seen := k.badRoles[p.Name] == v
+	k.badRoles[p.Name] = v
+	k.badRolesMu.Unlock()
+	if !seen {
+		k.Log.Info("engine pod has an unknown role label; treating it as an engine without a role",
+			"pod", p.Name, "label", RoleLabel, "value", v, "want", RolePrefill+" or "+RoleDecode)
+	}
+	return ""
 }
 
 // zmqEndpoint is tcp://ip:port+offset, or empty when there is no port (the engine then gets no

@@ -51,16 +51,22 @@ import (
 // `gap` apart. It records which data-parallel rank each request asked for.
 type engine struct {
 	*httptest.Server
-	name      string
-	chunks    int
-	gap       time.Duration
-	requests  atomic.Int32
-	mu        sync.Mutex
-	ranks     []string // X-Data-Parallel-Rank of each request
-	lastBody  string
-	lastAuth  string
-	lastDest  string // the picker's destination header, as the gateway forwarded it
-	modelHits atomic.Int32
+	name     string
+	chunks   int
+	gap      time.Duration
+	requests atomic.Int32
+	mu       sync.Mutex
+	ranks    []string // X-Data-Parallel-Rank of each request
+	lastBody string
+	lastAuth string
+	lastDest string // the picker's destination header, as the gateway forwarded it
+	// lastPrefiller is the routing-sidecar header of a split request, as the gateway forwarded it.
+	lastPrefiller string
+	// prefillFails plays a pd-sidecar whose prefill leg failed: the request is served whole,
+	// and the answer names no prefill engine. Otherwise a request naming a prefiller is
+	// answered as a sidecar that split it answers (X-Kvrouter-Prefill-Endpoint).
+	prefillFails atomic.Bool
+	modelHits    atomic.Int32
 }
 
 func newEngine(t *testing.T, name string) *engine {
@@ -93,11 +99,15 @@ func newEngine(t *testing.T, name string) *engine {
 		e.mu.Lock()
 		e.ranks = append(e.ranks, r.Header.Get("X-Data-Parallel-Rank"))
 		e.lastBody, e.lastAuth, e.lastDest = string(b), r.Header.Get("Authorization"), r.Header.Get(protocol.DestinationKey)
+		e.lastPrefiller = r.Header.Get(proxy.PrefillerHeader)
 		e.mu.Unlock()
 		var req struct {
 			Stream bool `json:"stream"`
 		}
 		_ = json.Unmarshal(b, &req)
+		if pf := r.Header.Get(proxy.PrefillerHeader); pf != "" && !e.prefillFails.Load() {
+			w.Header().Set(proxy.PrefillEndpointHeader, pf)
+		}
 		rank := r.Header.Get("X-Data-Parallel-Rank")
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,7 +214,7 @@ func TestClientAndEngineKeys(t *testing.T) {
 		switch {
 		case d.Destination == "":
 			t.Fatalf("with the key: %+v", d)
-		case engineKey == "" && (len(d.RemoveHeaders) != 1 || !strings.EqualFold(d.RemoveHeaders[0], "authorization")):
+		case engineKey == "" && !slices.ContainsFunc(d.RemoveHeaders, func(h string) bool { return strings.EqualFold(h, "authorization") }):
 			t.Fatalf("the client's key must not reach the engine: %+v", d)
 		case engineKey != "" && d.SetHeaders.Get("Authorization") != "Bearer "+engineKey:
 			t.Fatalf("the engine's key must replace the client's: %+v", d)

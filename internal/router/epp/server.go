@@ -398,7 +398,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	common := &extprocv3.CommonResponse{}
 	if f := x.flight; f != nil {
 		served := protocol.Served(req)
-		pseudo, _ := protocol.SplitHeaders(h.GetHeaders())
+		pseudo, upstream := protocol.SplitHeaders(h.GetHeaders())
 		code, _ := strconv.Atoi(pseudo[":status"])
 		x.respStatus = code
 		switch {
@@ -418,7 +418,13 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 			if code > 0 {
 				f.ResponseHeaders(code)
 			}
-			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: protocol.SetHeaders(http.Header{proxy.EndpointHeader: {f.Endpoint()}})}
+			named := http.Header{proxy.EndpointHeader: {f.Endpoint()}}
+			// The sidecar names the prefill engine only when it ran the prefill leg: a leg
+			// that failed there was served whole, and an engine without a sidecar never split.
+			if p := f.PrefillEndpoint(); p != "" && upstream.Get(proxy.PrefillEndpointHeader) != "" {
+				named.Set(proxy.PrefillEndpointHeader, p)
+			}
+			common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: protocol.SetHeaders(named)}
 		}
 		if h.GetEndOfStream() {
 			x.responseEnded()

@@ -123,12 +123,10 @@ func (m *LatencyModel) Observe(x, ttft float64) {
 		m.p01 *= s
 		m.p11 *= s
 	}
-	if m.b < minSlope/m.scale {
-		m.b = minSlope / m.scale
-	}
-	if m.a < 0 {
-		m.a = 0
-	}
+	// The fit itself stays unclamped: clamping a or b here would feed the clamped value back
+	// into the next update while the covariance keeps describing the unclamped one, and the
+	// two drift apart until the slope explodes (seen in kvbench after about 1100 decode
+	// observations of a flat ITL line). The floors apply where predictions are read (Params).
 	m.n++
 }
 
@@ -138,11 +136,17 @@ func (m *LatencyModel) Predict(x float64) float64 {
 	if x < 0 {
 		x = 0
 	}
-	return m.a + m.b*x*m.scale
+	// The slope's floor keeps predictions monotone; the line itself may cross zero (a fit of
+	// near-free measurements at one x), so the floor on time applies to the prediction, not to
+	// the intercept alone.
+	return max(m.a+max(m.b, minSlope/m.scale)*x*m.scale, 0)
 }
 
 // Params returns the fitted intercept (seconds) and slope (seconds per token, or per stream).
-func (m *LatencyModel) Params() (intercept, slope float64) { return m.a, m.b * m.scale }
+func (m *LatencyModel) Params() (intercept, slope float64) {
+	// Monotone and non-negative as read (minSlope); the fit underneath is left unclamped.
+	return max(m.a, 0), max(m.b, minSlope/m.scale) * m.scale
+}
 
 // Observations is the number of TTFTs the model has seen.
 func (m *LatencyModel) Observations() int { return m.n }

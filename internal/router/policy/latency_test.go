@@ -17,7 +17,10 @@ limitations under the License.
 package policy
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -71,5 +74,44 @@ func TestDecodeModelFitsTheLine(t *testing.T) {
 	a, b := m.Params()
 	if math.Abs(a-0.012) > 0.001 || math.Abs(b-0.0004) > 0.00002 {
 		t.Fatalf("fit a=%.4f b=%.6f, want 0.012 and 0.0004", a, b)
+	}
+}
+
+// TestLatencyModelStaysBoundedOnFlatDecodeLine replays the decode observations that drove the
+// fit to a slope of 1e32 while the floors were applied inside the update (kvbench, kvrouter-pd
+// on pd-long-prompt: an almost flat ITL line over streams): the fit must track the data to the
+// end, not diverge.
+func TestLatencyModelStaysBoundedOnFlatDecodeLine(t *testing.T) {
+	raw, err := os.ReadFile("testdata/itl-divergence-obs.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xs, ys []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var x, y float64
+		if _, err := fmt.Sscan(line, &x, &y); err != nil {
+			t.Fatalf("bad observation %q: %v", line, err)
+		}
+		xs, ys = append(xs, x), append(ys, y)
+	}
+	if len(xs) < 1000 {
+		t.Fatalf("only %d observations, the divergence needs about 1100", len(xs))
+	}
+	lo, hi := ys[0], ys[0]
+	for _, y := range ys {
+		lo, hi = min(lo, y), max(hi, y)
+	}
+	m := NewDecodeModel(priorITL, priorITLSlope)
+	for i := range xs {
+		// Each prediction, before the observation, must stay within the data's own range
+		// (with room for the early priors): a diverging fit leaves it by orders of magnitude.
+		if got := m.Predict(xs[i]); i >= 50 && (got < lo/2 || got > 2*hi || math.IsNaN(got)) {
+			a, b := m.Params()
+			t.Fatalf("observation %d: predicted %g s at %g streams, data within [%g, %g] (fit a=%g b=%g)", i, got, xs[i], lo, hi, a, b)
+		}
+		m.Observe(xs[i], ys[i])
+	}
+	if _, b := m.Params(); b > hi-lo || b < 0 {
+		t.Fatalf("slope %g s per stream after %d observations spanning %g s", b, len(xs), hi-lo)
 	}
 }

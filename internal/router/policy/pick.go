@@ -35,7 +35,19 @@ type candidate struct {
 
 // Pick chooses an endpoint for req among eps. eps should come in a stable order (e.g. by name)
 // so that RoundRobin cycles predictably; the decision does not otherwise depend on the order.
+// It is Evaluate then Commit: the request is taken to be placed where the decision says.
 func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
+	d := p.Evaluate(req, eps)
+	p.Commit(d)
+	return d
+}
+
+// Evaluate returns the decision Pick would take for req among eps without changing the policy:
+// the round-robin cursor and the record of new prefixes placed per endpoint stay as they are
+// until Commit. A caller weighing several options for one request (the split decision prices
+// a whole placement and a prefill placement) evaluates each and commits only the ones it acts
+// on, so the policy's state advances once per real placement.
+func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	cfg := p.cfg
 	cands := p.scores[:0]
 	newcomers := false
@@ -80,8 +92,9 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 	if len(cands) == 0 {
 		return Decision{Reason: ReasonAdmissionFull}
 	}
+	var commit pendingCommit
 	if newcomers {
-		p.levelNewcomers(eps, cands)
+		commit.newcomers, commit.level = p.levelNewcomers(eps, cands)
 	}
 
 	shape := p.shape(req, cands)
@@ -100,7 +113,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 	switch cfg.Kind {
 	case RoundRobin:
 		chosen = int(p.rr % uint64(len(cands)))
-		p.rr++
+		commit.roundRobin = true
 		reason = ReasonRoundRobin
 	case LeastLoaded:
 		// Cache-blind: active streams, then queued prefill tokens (without this request's
@@ -134,7 +147,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 			spread := req.Tokenized && req.PromptTokens >= cfg.BlockSize
 			chosen, reason = p.place(cands, spread), ReasonLoad
 			if spread {
-				p.notePlacement(eps, cands[chosen].idx)
+				commit.placed, commit.among = true, len(eps)
 			}
 		case cfg.Kind == PrefixOnly:
 			chosen, reason = holder, ReasonPrefix
@@ -158,6 +171,7 @@ func (p *Policy) Pick(req Request, eps []Endpoint) Decision {
 		AdapterCold:    req.LoRA != "" && c.lora != loraActive,
 	}
 	d.Fallbacks = p.fallbacks(eps, cands, chosen)
+	d.commit = commit
 	return d
 }
 

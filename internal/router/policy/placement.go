@@ -98,21 +98,54 @@ func (c *candidate) better(b *candidate, spread bool) bool {
 	return c.tie > b.tie
 }
 
-// notePlacement counts a new prefix placed on eps[idx], and ages every count so that the counts
-// describe about the last placementMemory placements per endpoint.
-func (p *Policy) notePlacement(eps []Endpoint, idx int) {
-	keep := 1 - 1/float64(placementMemory*max(1, len(eps)))
+// pendingCommit is what a decision changes in the policy once it is acted on (Commit): Evaluate
+// only computes it, so that options priced and then dropped leave no trace.
+type pendingCommit struct {
+	roundRobin bool // advance the round-robin cursor
+	// placed: a new prefix is placed on the decision's endpoint, among endpoints in all.
+	placed bool
+	among  int
+	// newcomers are endpoints seen for the first time, levelled to level placements.
+	newcomers []string
+	level     float64
+}
+
+// Commit records that d, a decision of Evaluate, was acted on: the request was sent where d says.
+// Commit a decision at most once; a decision without an endpoint changes nothing.
+func (p *Policy) Commit(d Decision) {
+	c := d.commit
+	for _, n := range c.newcomers {
+		if _, ok := p.placed[n]; !ok {
+			p.placed[n] = c.level
+		}
+	}
+	if d.Endpoint == "" {
+		return
+	}
+	if c.roundRobin {
+		p.rr++
+	}
+	if c.placed {
+		p.notePlacement(d.Endpoint, c.among)
+	}
+}
+
+// notePlacement counts a new prefix placed on endpoint, one of among endpoints, and ages every
+// count so that the counts describe about the last placementMemory placements per endpoint.
+func (p *Policy) notePlacement(endpoint string, among int) {
+	keep := 1 - 1/float64(placementMemory*max(1, among))
 	for n, v := range p.placed {
 		p.placed[n] = v * keep
 	}
-	p.placed[eps[idx].Name]++
+	p.placed[endpoint]++
 }
 
 // levelNewcomers gives a candidate seen for the first time the placement count of the least
 // placed one: a replica added to the fleet takes its share of new prefixes, not every new prefix
-// until it has caught up with engines that have served for hours.
-func (p *Policy) levelNewcomers(eps []Endpoint, cands []candidate) {
-	least := math.Inf(1)
+// until it has caught up with engines that have served for hours. It returns the newcomers and
+// that count for Commit to record.
+func (p *Policy) levelNewcomers(eps []Endpoint, cands []candidate) (names []string, least float64) {
+	least = math.Inf(1)
 	for i := range cands {
 		if cands[i].counted {
 			least = math.Min(least, cands[i].placed)
@@ -124,9 +157,10 @@ func (p *Policy) levelNewcomers(eps []Endpoint, cands []candidate) {
 	for i := range cands {
 		if c := &cands[i]; !c.counted {
 			c.placed, c.counted = least, true
-			p.placed[eps[c.idx].Name] = least
+			names = append(names, eps[c.idx].Name)
 		}
 	}
+	return names, least
 }
 
 // lowestCost returns the candidate with the lowest load score; near-ties (within TieTolerance)

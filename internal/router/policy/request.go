@@ -115,4 +115,7 @@ type Decision struct {
 	// not be fed to ObserveTTFT, whose model is the engine's prefill speed: fed, the waits make
 	// an engine that serves adapters look slow for every request (base-model ones too).
 	AdapterCold bool
+
+	// commit is what Commit records when the decision is acted on.
+	commit pendingCommit
 }

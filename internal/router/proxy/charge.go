@@ -45,6 +45,9 @@ type charge struct {
 	// it), not the engine's: it says nothing of the engine's health or speed.
 	gateway bool
 	itl     itlMeter
+	// onFirst, when set, is told a streamed answer's time to first token (a split request's
+	// decode leg, whose TTFT prices the KV transfer).
+	onFirst func(ttft time.Duration)
 }
 
 func (s *Server) newCharge(rt *route, ticket *loadsignal.Ticket, predicted []kvindex.Key, work int, stream bool) *charge {
@@ -130,6 +133,9 @@ func (c *charge) received(b []byte, now time.Time) bool {
 			s.policyMu.Lock()
 			s.policy.ObserveTTFT(c.rt.name, c.work, ttft.Seconds())
 			s.policyMu.Unlock()
+		}
+		if c.stream && c.onFirst != nil {
+			c.onFirst(ttft)
 		}
 	}
 	return true

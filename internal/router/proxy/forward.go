@@ -49,6 +49,16 @@ type exchange struct {
 	promptTokens int
 	maxTokens    int    // the request's output limit, or the policy's default
 	lora         string // the request's LoRA adapter ("" for the base model)
+
+	// A split request's decode leg (pd.go). untimed keeps its TTFT, which includes the KV
+	// transfer, out of the engine's prefill model; onFirst learns the transfer from it instead.
+	// retryBody is the client's own body, which a retry elsewhere sends (the prefilled KV is
+	// the decode engine's to pull, not another's); prefillEndpoint names the prefill engine on
+	// the answer.
+	untimed         bool
+	onFirst         func(ttft time.Duration)
+	retryBody       []byte
+	prefillEndpoint string
 }
 
 // onceReader reads a byte slice once and then drops it.
@@ -91,6 +101,9 @@ func (x *exchange) run(t *table, d policy.Decision) {
 	name := d.Endpoint
 	uncached := d.UncachedTokens
 	work := ttftWork(d)
+	if x.untimed {
+		work = -1
+	}
 	ttft := d.PredictedTTFT
 	for attempt := 0; ; attempt++ {
 		i, ok := t.byName[name]
@@ -101,7 +114,9 @@ func (x *exchange) run(t *table, d policy.Decision) {
 		rt := &t.routes[i]
 		predicted := s.predict(rt, i, x.keys, x.gpuHeld)
 		deadline := s.ttfbDeadline(rt.name, ttft, x.stream, x.maxTokens, s.endpointStreams(rt.name))
-		res := x.attempt(s.newCharge(rt, s.tracker.DispatchAdapter(name, x.lora, uncached, x.workTokens), predicted, work, x.stream), deadline)
+		c := s.newCharge(rt, s.tracker.DispatchAdapter(name, x.lora, uncached, x.workTokens), predicted, work, x.stream)
+		c.onFirst = x.onFirst
+		res := x.attempt(c, deadline)
 		if res == answered {
 			return
 		}
@@ -119,6 +134,11 @@ func (x *exchange) run(t *table, d policy.Decision) {
 		}
 		s.counters.retries.Add(1)
 		s.metrics.retries.Inc()
+		if x.retryBody != nil {
+			// A decode leg that failed before its first byte: the retry is a whole request.
+			x.body, x.retryBody, x.prefillEndpoint, x.onFirst = x.retryBody, nil, "", nil
+			s.pd.fellBack(legDecode)
+		}
 		if res == unreached {
 			s.log.Info("engine unreachable; retrying on the next-best engine", "endpoint", name, "next", next)
 		} else {
@@ -177,6 +197,9 @@ func (x *exchange) attempt(c *charge, deadline time.Duration) result {
 		return answered
 	}
 	copyHeaders(req.Header, x.r.Header)
+	// Only the router names a prefill engine: a client's own header would have an engine's
+	// pd-sidecar send the request, and the engines' API key, wherever it says.
+	req.Header.Del(PrefillerHeader)
 	s.cfg.Auth.setUpstream(req.Header, x.r.Header.Get("Authorization"))
 	req.Header.Set("Content-Type", "application/json")
 	req.ContentLength = int64(len(x.body))
@@ -282,6 +305,9 @@ func (x *exchange) writeHeader(rt *route, resp *http.Response) http.Flusher {
 	h := x.w.Header()
 	copyHeaders(h, resp.Header)
 	h.Set(EndpointHeader, rt.name)
+	if x.prefillEndpoint != "" {
+		h.Set(PrefillEndpointHeader, x.prefillEndpoint)
+	}
 	x.w.WriteHeader(resp.StatusCode)
 	if !streams(resp) {
 		return nil

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/router/admission"
+	"github.com/kvrouter/kvrouter/internal/router/disagg"
 	"github.com/kvrouter/kvrouter/internal/router/jsonscan"
 	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
@@ -65,7 +66,12 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			s.refuse(w, err)
 			return
 		}
-		s.newExchange(w, r, &req, rt).run(t, rt.decision)
+		x := s.newExchange(w, r, &req, rt)
+		if rt.split != nil {
+			x.runSplit(t, rt)
+		} else {
+			x.run(t, rt.decision)
+		}
 		if s.admit != nil {
 			// The request has left its engine: what drains the queues, and so prices a
 			// Retry-After.
@@ -123,6 +129,9 @@ func anyEligible(t *table, eligible func(*route) bool) bool {
 
 // routing is a request as the policy saw it, and the policy's answer.
 type routing struct {
+	// split, when not nil, serves the request in two legs (pd.go): decision is then the decode
+	// leg's.
+	split    *splitPlan
 	req      policy.Request
 	keys     []kvindex.Key // the prompt's content keys (nil: not tokenized, or no index)
 	decision policy.Decision
@@ -141,11 +150,31 @@ func (s *Server) route(t *table, header http.Header, req *inference, tokens []ui
 		rt.keys = kvindex.RequestKeys(make([]kvindex.Key, 0, len(tokens)/s.blockSize()), tokens, s.blockSize(), params)
 	}
 	eps := s.snapshot(t, eligible)
-	rt.decision, rt.gpuHeld = s.pick(t, eps, rt.req, rt.keys)
+	pd := s.pdFleet(t, eps)
+	all := eps
+	var plan disagg.Plan
+	var transfer float64
+	if !pd {
+		rt.decision, rt.gpuHeld = s.pick(t, eps, rt.req, rt.keys)
+	} else {
+		// The index is read once for the whole option and the two legs' (pd.go).
+		rt.gpuHeld = s.fillCached(t, eps, rt.req, rt.keys)
+		plan, transfer = s.planPD(t, eps, rt.req)
+		rt.decision = plan.Whole
+		eps = s.wholeEndpoints(t, eps)
+	}
 	s.metrics.decisionSeconds.Observe(s.now().Sub(start).Seconds())
 	s.countDecision(rt.decision)
+	// Admission bounds the whole option, split or not: it refuses a request the fleet cannot
+	// take in time, and may move the whole option (the decode leg's first fallback).
 	if err := s.admitRouted(eps, &rt.decision, rt.req.PromptTokens, rt.req.LoRA, pri); err != nil {
 		return rt, err
+	}
+	if pd && rt.decision.Endpoint != "" {
+		if plan.Split {
+			s.splitRouting(t, all, plan, transfer, &rt)
+		}
+		s.pd.counted(rt.split != nil)
 	}
 	if rt.decision.Endpoint == "" {
 		s.counters.rejected.Add(1)
@@ -353,6 +382,13 @@ func (s *Server) endpoints(t *table) []policy.Endpoint {
 // pick adds to eps (endpoints' snapshot) what the index holds of the request and has the policy
 // pick; see decide.
 func (s *Server) pick(t *table, eps []policy.Endpoint, req policy.Request, keys []kvindex.Key) (d policy.Decision, gpuHeld []int) {
+	gpuHeld = s.fillCached(t, eps, req, keys)
+	return s.pickFilled(req, eps), gpuHeld
+}
+
+// fillCached adds to eps what the index holds of the request, and each route's LoRA state for
+// its adapter; it returns gpuHeld (see decide).
+func (s *Server) fillCached(t *table, eps []policy.Endpoint, req policy.Request, keys []kvindex.Key) (gpuHeld []int) {
 	n := len(t.routes)
 	if req.Tokenized && s.index != nil && len(keys) > 0 {
 		bs := s.blockSize()
@@ -373,10 +409,14 @@ func (s *Server) pick(t *table, eps []policy.Endpoint, req policy.Request, keys 
 			eps[i].Load.LoRA = lora[i]
 		}
 	}
+	return gpuHeld
+}
+
+// pickFilled has the policy pick among eps, filled by fillCached.
+func (s *Server) pickFilled(req policy.Request, eps []policy.Endpoint) policy.Decision {
 	s.policyMu.Lock()
-	d = s.policy.Pick(req, eps)
-	s.policyMu.Unlock()
-	return d, gpuHeld
+	defer s.policyMu.Unlock()
+	return s.policy.Pick(req, eps)
 }
 
 // blockSize is the engines' block size, which the policy and the index share.

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,6 +97,10 @@ type Flight struct {
 	lora                     string // the request's LoRA adapter ("" for the base model)
 	stream                   bool
 	ended, done              bool
+	// prefill is a split request's prefill leg, which the decode engine's sidecar runs: its
+	// load is charged to the prefill engine until the decode leg's first byte (or the end).
+	prefill     *charge
+	prefillName string
 }
 
 // Pick decides where a request goes, or refuses it with the answer the HTTP front end would
@@ -157,8 +162,12 @@ func (s *Server) newFlight(t *table, header http.Header, req *inference, rt rout
 	r := &t.routes[i]
 	f := &Flight{s: s, t: t, keys: rt.keys, gpuHeld: rt.gpuHeld, promptTokens: rt.req.PromptTokens, lora: rt.req.LoRA,
 		workTokens: rt.req.PromptTokens + s.outputTokens(rt.req), stream: req.Stream}
+	work := ttftWork(d)
+	if rt.split != nil {
+		work = -1 // the decode leg's first token includes the KV transfer
+	}
 	f.c = s.newCharge(r, s.tracker.DispatchAdapter(r.name, rt.req.LoRA, d.UncachedTokens, f.workTokens), s.predict(r, i, rt.keys, rt.gpuHeld),
-		ttftWork(d), req.Stream)
+		work, req.Stream)
 	order := []int{i}
 	for _, fb := range d.Fallbacks {
 		if j, ok := t.byName[fb]; ok && !s.outliers.isEjected(fb) {
@@ -166,7 +175,10 @@ func (s *Server) newFlight(t *table, header http.Header, req *inference, rt rout
 		}
 	}
 	f.address(t, order, header.Get("Authorization"), req.authorization)
-	if s.cfg.ReportModeFull {
+	if sp := rt.split; sp != nil {
+		f.splitFlight(t, sp, rt)
+	}
+	if s.cfg.ReportModeFull || req.rewritten {
 		f.Body = req.body
 	}
 	return f
@@ -178,7 +190,7 @@ func (s *Server) newFlight(t *table, header http.Header, req *inference, rt rout
 func (f *Flight) address(t *table, order []int, client, upstream string) {
 	seen := make(map[string]bool, len(order))
 	for _, j := range order {
-		hp := t.routes[j].hostport
+		hp := t.routes[j].dest
 		if hp == "" || seen[hp] {
 			continue
 		}
@@ -186,6 +198,10 @@ func (f *Flight) address(t *table, order []int, client, upstream string) {
 		f.Destinations = append(f.Destinations, hp)
 	}
 	f.SetHeaders = http.Header{}
+	// Only the router names a prefill engine (splitFlight): a client's own header would have
+	// the engine's pd-sidecar send the request, with the engines' API key the gateway adds,
+	// wherever it says.
+	f.RemoveHeaders = append(f.RemoveHeaders, PrefillerHeader)
 	if r := &t.routes[order[0]]; r.ranks > 1 {
 		f.SetHeaders.Set(dpRankHeader, strconv.Itoa(r.rank))
 	}
@@ -247,7 +263,7 @@ func (f *Flight) Served(addr string) bool {
 		return false
 	}
 	host, port, exact := splitAddr(addr)
-	if !exact || net.JoinHostPort(host, port) == f.c.rt.hostport {
+	if !exact || net.JoinHostPort(host, port) == f.c.rt.dest {
 		return false
 	}
 	s := f.s
@@ -274,12 +290,12 @@ func (f *Flight) Served(addr string) bool {
 	return true
 }
 
-// find is the index of the route at address hp, rank rank if it has it, else its first; -1 if
-// none is there.
+// find is the index of the route the gateway names at address hp, rank rank if it has it, else
+// its first; -1 if none is there.
 func (t *table) find(hp string, rank int) int {
 	first := -1
 	for i := range t.routes {
-		if t.routes[i].hostport != hp {
+		if t.routes[i].dest != hp {
 			continue
 		}
 		if t.routes[i].rank == rank {
@@ -333,6 +349,7 @@ func (f *Flight) ResponseBody(chunk []byte, endOfStream bool) {
 	}
 	if len(chunk) > 0 && f.c.received(chunk, f.s.now()) {
 		f.keys, f.gpuHeld = nil, nil
+		f.prefillDone()
 	}
 	if endOfStream {
 		f.c.finished()
@@ -357,6 +374,7 @@ func (f *Flight) Done() {
 		s.metrics.requests.WithLabelValues(f.c.rt.name, "499").Inc()
 	}
 	f.c.release()
+	f.prefillDone()
 	f.keys, f.gpuHeld = nil, nil
 	if s.admit != nil {
 		s.admit.Completed(f.c.rt.name, s.now())
@@ -396,13 +414,13 @@ func subsetFilter(subset []string) func(*route) bool {
 		}
 	}
 	return func(r *route) bool {
-		if exact[r.hostport] {
+		if exact[r.dest] {
 			return true
 		}
 		if len(hosts) == 0 {
 			return false
 		}
-		host, _, _ := net.SplitHostPort(r.hostport)
+		host, _, _ := net.SplitHostPort(r.dest)
 		return hosts[host]
 	}
 }
@@ -429,4 +447,46 @@ func urlHostPort(raw string) string {
 		}
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// destination is where the gateway reaches an engine at hp (its URL's host:port): there, or on
+// its host at Config.DestinationPort.
+func (s *Server) destination(hp string) string {
+	if s.cfg.DestinationPort == 0 || hp == "" {
+		return hp
+	}
+	host, _, err := net.SplitHostPort(hp)
+	if err != nil {
+		return hp
+	}
+	return net.JoinHostPort(host, strconv.Itoa(s.cfg.DestinationPort))
+}
+
+// splitFlight makes the flight a split request's: its destination is the decode engine (the
+// policy's decode pick, then the whole option's engines), and the sidecar in front of that
+// engine is told where to run the prefill leg in the routing-sidecar header.
+func (f *Flight) splitFlight(t *table, sp *splitPlan, rt routing) {
+	s := f.s
+	i, ok := t.byName[sp.prefill.Endpoint]
+	if !ok || t.routes[i].hostport == "" {
+		return
+	}
+	r := &t.routes[i]
+	f.RemoveHeaders = slices.DeleteFunc(f.RemoveHeaders, func(h string) bool { return strings.EqualFold(h, PrefillerHeader) })
+	f.SetHeaders.Set(PrefillerHeader, r.hostport)
+	f.prefillName = r.name
+	f.prefill = s.newCharge(r, s.tracker.DispatchAdapter(r.name, rt.req.LoRA, sp.prefill.UncachedTokens, rt.req.PromptTokens+1),
+		s.predict(r, i, rt.keys, rt.gpuHeld), -1, false)
+}
+
+// PrefillEndpoint names the engine a split request's prefill leg goes to ("" when whole).
+func (f *Flight) PrefillEndpoint() string { return f.prefillName }
+
+// prefillDone releases the prefill leg's charge: the decode leg answering means the prefill is
+// over, one way or the other.
+func (f *Flight) prefillDone() {
+	if f.prefill != nil {
+		f.prefill.release()
+		f.prefill = nil
+	}
 }

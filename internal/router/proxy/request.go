@@ -53,6 +53,10 @@ type inference struct {
 	lora string
 	// authorization is what the router's /tokenize call for this request sends (auth.go).
 	authorization string
+	// transferParams: the body has a kv_transfer_params member. A client's is removed
+	// (withoutTransferParams), and then rewritten is set: body is not the client's, so a front
+	// end that forwards the client's own bytes must send body instead.
+	transferParams, rewritten bool
 }
 
 // maxCountedTokens bounds the output limit the router prices a request at. The engine refuses
@@ -135,8 +139,16 @@ func (s *Server) parseRequest(ctx context.Context, header http.Header, kind apiK
 			msg: fmt.Sprintf("the model %q does not exist", req.Model)}
 	}
 	req.lora = lora
+	if req.transferParams {
+		// The sidecar (which parses with parseBody alone) passes them on: they come from
+		// the router there.
+		if req.body, err = withoutTransferParams(req.body); err != nil {
+			return req, badRequest(kvTransferParams, err.Error())
+		}
+		req.rewritten = true
+	}
 	if s.cfg.ReportModeFull {
-		if req.body, err = injectReportMode(body); err != nil {
+		if req.body, err = injectReportMode(req.body); err != nil {
 			return req, badRequest("vllm_xargs", err.Error())
 		}
 	}
@@ -155,6 +167,7 @@ func parseBody(kind apiKind, body []byte) (inference, error) {
 		return req, err
 	}
 	req.body = body
+	_, req.transferParams = fields[kvTransferParams]
 	switch {
 	case req.Model == "":
 		return req, badRequest("model", "you must provide a model parameter")

@@ -136,6 +136,15 @@ type Config struct {
 	// tokenized on an engine, off the request path, and compared. Default 0.01; negative: none.
 	Tokenizer               string
 	TokenizerVerifyFraction float64
+	// PD configures disaggregated prefill/decode (pd.go); it matters only in a fleet with
+	// prefill-role engines.
+	PD PDConfig
+	// DestinationPort, when not 0, is the port Pick names each engine on (its own host): where
+	// the gateway reaches it, the pd-sidecar in front of it in a split fleet, rather than the
+	// engine's own port, which the router keeps using for everything else (metrics, KV events,
+	// tokenization, and the prefill engine it names in PrefillerHeader). The gateway's subset
+	// hint and served address are read on that port too.
+	DestinationPort int
 }
 
 func (c Config) withDefaults() Config {
@@ -213,9 +222,12 @@ type route struct {
 	rank  int
 	ranks int
 	src   kvindex.SourceID
-	// hostport is ep.URL's host:port, the route's address as a gateway names it (EPP mode); a
-	// DP engine's ranks share it.
+	// hostport is ep.URL's host:port, where the router itself reaches the engine; a DP
+	// engine's ranks share it.
 	hostport string
+	// dest is the route's address as the gateway names it (EPP mode): hostport, or its host on
+	// Config.DestinationPort.
+	dest string
 }
 
 // table is an immutable snapshot of the routes, swapped whole on every discovery update.
@@ -254,6 +266,8 @@ type Server struct {
 	counters counters
 	routed   routedWindowSamples
 	metrics  *metrics
+
+	pd *pdState
 
 	admit      *admission.Controller // nil: admission control off
 	shedMetric *prometheus.CounterVec
@@ -316,6 +330,7 @@ func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker
 	s.models = newModelCache(s)
 	s.tbl.Store(&table{bySrc: map[kvindex.SourceID]int{}, byName: map[string]int{}})
 	s.metrics = newMetrics(s, reg)
+	s.pd = newPDState(cfg, reg)
 	s.outliers = s.newOutliers()
 	s.admit, s.shedMetric = admit, newShedMetric(reg)
 	return s
@@ -330,13 +345,14 @@ func (s *Server) SetEndpoints(eps []discovery.Endpoint) {
 	t := &table{bySrc: map[kvindex.SourceID]int{}, byName: map[string]int{}}
 	for _, e := range eps {
 		n := e.Ranks()
+		hp := urlHostPort(e.URL)
 		for r := 0; r < n; r++ {
 			name := e.Name
 			if n > 1 {
 				name = e.Name + "/dp" + strconv.Itoa(r)
 			}
 			t.routes = append(t.routes, route{name: name, ep: e, rank: r, ranks: n,
-				src: kvindex.SourceID{Endpoint: e.Name, Rank: r}, hostport: urlHostPort(e.URL)})
+				src: kvindex.SourceID{Endpoint: e.Name, Rank: r}, hostport: hp, dest: s.destination(hp)})
 		}
 	}
 	sort.Slice(t.routes, func(i, j int) bool { return t.routes[i].name < t.routes[j].name })
@@ -357,6 +373,7 @@ func (s *Server) SetEndpoints(eps []discovery.Endpoint) {
 			s.tracker.Remove(r.name)
 			s.policyMu.Lock()
 			s.policy.Forget(r.name)
+			s.pd.est.Forget(r.name)
 			s.policyMu.Unlock()
 			if s.admit != nil {
 				s.admit.Forget(r.name)

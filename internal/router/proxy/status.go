@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/router/discovery"
 	"github.com/kvrouter/kvrouter/internal/router/kvstream"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
 	"github.com/kvrouter/kvrouter/internal/routerapi"
@@ -152,7 +153,7 @@ func (s *Server) Status() routerapi.Status {
 		rt := &t.routes[i]
 		ls := s.tracker.Stats(rt.name)
 		ready, why := s.readiness(rt, ls.FailStreak, now)
-		e := routerapi.Endpoint{Name: rt.name, URL: rt.ep.URL, Rank: rt.rank, Ready: ready, NotReadyReason: why,
+		e := routerapi.Endpoint{Name: rt.name, URL: rt.ep.URL, Rank: rt.rank, Ready: ready, NotReadyReason: why, Role: rt.ep.Role,
 			InFlight: ls.InFlight, QueuedPrefillTokens: ls.QueuedPrefillTokens, TokensInFlight: ls.TokensInFlight}
 		if ready {
 			st.ReadyEndpoints++
@@ -262,6 +263,7 @@ func (s *Server) Status() routerapi.Status {
 			Predicted: is.Predicted, Evictions: is.Evictions}
 	}
 	st.Admission = s.admissionStatus(t)
+	st.Disaggregation = s.disaggregationStatus(t)
 	return st
 }
 
@@ -270,12 +272,20 @@ func (s *Server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 }
 
 // Autoscale builds the /v1/autoscale document.
-func (s *Server) Autoscale() routerapi.Autoscale {
+func (s *Server) Autoscale() routerapi.Autoscale { return s.AutoscalePool("") }
+
+// AutoscalePool builds the /v1/autoscale document of one pool of a disaggregated fleet (role
+// prefill or decode; an engine without a role counts as decode), or of the whole fleet (role
+// empty). Shed requests are the fleet's in every view: a shed request needed both pools.
+func (s *Server) AutoscalePool(role string) routerapi.Autoscale {
 	t := s.tbl.Load()
 	now := s.now()
 	var a routerapi.Autoscale
 	for i := range t.routes {
 		rt := &t.routes[i]
+		if role != "" && (rt.ep.Role == discovery.RolePrefill) != (role == discovery.RolePrefill) {
+			continue
+		}
 		ls := s.tracker.Stats(rt.name)
 		if ok, _ := s.readiness(rt, ls.FailStreak, now); ok {
 			a.Endpoints++
@@ -290,8 +300,14 @@ func (s *Server) Autoscale() routerapi.Autoscale {
 	return a
 }
 
-func (s *Server) handleAutoscale(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, s.Autoscale())
+func (s *Server) handleAutoscale(w http.ResponseWriter, r *http.Request) {
+	role := r.URL.Query().Get("role")
+	if role != "" && !discovery.KnownRole(role) {
+		writeError(w, http.StatusBadRequest, invalidRequest,
+			fmt.Sprintf("role %q: want %s or %s", role, discovery.RolePrefill, discovery.RoleDecode), "role")
+		return
+	}
+	writeJSON(w, s.AutoscalePool(role))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -105,6 +105,15 @@ type Request struct {
 	LoRA       string
 	CacheSalt  string
 	ReportFull bool // vllm_xargs kv_cache_report_mode "full"
+	// HoldKV keeps the request's KV blocks referenced when it finishes (neither freed nor
+	// evictable) until Release: vLLM's delay_free_blocks for a prefill leg (do_remote_decode)
+	// whose KV a decode engine will pull.
+	HoldKV bool
+	// KVTransferred is the prompt tokens whose KV arrived from a remote prefill (a decode leg,
+	// do_remote_prefill). At the first admission the engine allocates those blocks and stores them
+	// in its prefix cache without compute cost, emitting BlockStored like any stored block. It is
+	// clamped to full blocks and to len(Prompt)-1: the last prompt token is always recomputed.
+	KVTransferred int
 
 	// Set by the engine, in virtual seconds: arrival, first admission to the batch, first token,
 	// completion.
@@ -118,6 +127,21 @@ type Request struct {
 
 // CachedTokens is the number of prompt tokens the prefix cache served at the last admission.
 func (r *Request) CachedTokens() int { return r.s.CachedTokens }
+
+// TransferredTokens is the prompt tokens whose KV the request took from KVTransferred (after the
+// clamps, and less what the local prefix cache already held).
+func (r *Request) TransferredTokens() int { return r.s.TransferredTokens }
+
+// BlockIDs returns the physical ids of the KV blocks the request holds now: for a finished HoldKV
+// request, the blocks a decode engine pulls (vLLM's remote_block_ids).
+func (r *Request) BlockIDs() []int {
+	ids := r.s.Blocks()
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
 
 // Preemptions counts how often the request was preempted.
 func (r *Request) Preemptions() int { return r.s.Preemptions }
@@ -159,6 +183,11 @@ type Stats struct {
 	GenerationTokens uint64  `json:"generationTokens"`
 	Steps            uint64  `json:"steps"`
 	LoRALoads        uint64  `json:"loraLoads"`
+	// HeldRequests and HeldBlocks are the finished HoldKV requests not yet released and the
+	// blocks they keep; TransferredTokens counts prompt tokens admitted with remote KV.
+	HeldRequests      int    `json:"heldRequests"`
+	HeldBlocks        int    `json:"heldBlocks"`
+	TransferredTokens uint64 `json:"transferredTokens"`
 	// With LoRA on: the adapters of the running and of the waiting requests.
 	RunningLoRAs []string `json:"runningLoRAs,omitempty"`
 	WaitingLoRAs []string `json:"waitingLoRAs,omitempty"`
@@ -226,7 +255,8 @@ func (e *Engine) Submit(r *Request) error {
 	if _, dup := e.byID[r.ID]; dup {
 		return fmt.Errorf("request %q is already in flight", r.ID)
 	}
-	r.s = scheduler.Request{ID: r.ID, Prompt: r.Prompt, MaxTokens: r.MaxTokens, LoRA: r.LoRA, CacheSalt: r.CacheSalt, ReportFull: r.ReportFull}
+	r.s = scheduler.Request{ID: r.ID, Prompt: r.Prompt, MaxTokens: r.MaxTokens, LoRA: r.LoRA, CacheSalt: r.CacheSalt, ReportFull: r.ReportFull,
+		HoldKV: r.HoldKV, KVTransferred: r.KVTransferred}
 	if err := e.sched.Add(&r.s); err != nil {
 		return err
 	}
@@ -247,6 +277,18 @@ func (e *Engine) Abort(id string) bool {
 	}
 	e.forget(r)
 	return e.sched.Abort(id)
+}
+
+// Release frees the KV blocks of a finished HoldKV request (the decode engine pulled them, or the
+// transfer timed out). It reports whether id was held. The blocks join the free queue and stay in
+// the prefix cache until evicted, like any finished request's.
+func (e *Engine) Release(id string) bool { return e.sched.Release(id) }
+
+// CachedPrefixTokens is the number of leading prompt tokens, in full blocks, whose KV the prefix
+// cache holds now for a request with this adapter and cache salt: what a decode engine need not
+// pull. It may count the block holding the last prompt token, which admission recomputes anyway.
+func (e *Engine) CachedPrefixTokens(prompt []uint32, lora, cacheSalt string) int {
+	return e.sched.CachedPrefixTokens(prompt, lora, cacheSalt)
 }
 
 // HasWork reports whether Step would schedule anything or has events to hand out.
@@ -316,6 +358,7 @@ func (e *Engine) Step() StepResult {
 	}
 	e.stats.PrefixQueries += uint64(out.PrefixQueries)
 	e.stats.PrefixHits += uint64(out.PrefixHits)
+	e.stats.TransferredTokens += uint64(out.TransferredTokens)
 	e.stats.Preemptions += uint64(len(out.Preempted))
 	return res
 }
@@ -371,11 +414,11 @@ func (e *Engine) LoRAs() (running, waiting, resident []string) {
 }
 
 // ResetPrefixCache clears the prefix cache (AllBlocksCleared in the next StepResult). Like vLLM
-// it fails while requests hold blocks.
+// it fails while requests hold blocks (held HoldKV requests included).
 func (e *Engine) ResetPrefixCache() bool { return e.sched.ResetPrefixCache() }
 
 // Restart simulates a process restart: every in-flight request is dropped (returned so that the
-// caller can fail them), the cache is emptied and, with an unset hash seed, NONE_HASH changes.
+// caller can fail them), held KV blocks are dropped, the cache is emptied and, with an unset hash seed, NONE_HASH changes.
 // Counters survive (a real restart would reset them; the fault-injection user wants continuity).
 func (e *Engine) Restart() ([]*Request, error) {
 	var dropped []*Request
@@ -400,6 +443,7 @@ func (e *Engine) Stats() Stats {
 	s.NumBlocks = e.cache.NumBlocks()
 	s.FreeBlocks = e.cache.NumFree()
 	s.CachedBlocks = e.cache.NumCached()
+	s.HeldRequests, s.HeldBlocks = e.sched.NumHeld()
 	if e.cfg.MaxLoRAs > 0 {
 		s.RunningLoRAs, s.WaitingLoRAs = e.sched.LoRAs()
 	}

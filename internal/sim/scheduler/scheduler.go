@@ -60,18 +60,32 @@ type Request struct {
 	LoRA       string // LoRA adapter name, hashed into every block
 	CacheSalt  string // hashed into the first block
 	ReportFull bool   // kv_cache_report_mode "full": re-announce hit blocks
+	// HoldKV keeps the request's blocks referenced after it finishes, until Release (vLLM's
+	// delay_free_blocks for a prefill whose KV a remote decode engine will pull).
+	HoldKV bool
+	// KVTransferred is the prompt tokens whose KV arrived from a remote prefill: at the first
+	// admission those blocks are allocated and stored without being computed (clamped to full
+	// blocks and to the prompt less its last token, which is always recomputed to sample).
+	KVTransferred int
 
 	Output       []uint32
 	NumComputed  int // tokens whose KV is in the cache
 	Status       Status
 	Preemptions  int
 	CachedTokens int // prompt tokens served by the prefix cache at the last admission
+	// TransferredTokens is the prompt tokens whose KV the first admission took from KVTransferred
+	// rather than from the local prefix cache or computation.
+	TransferredTokens int
 
 	tokens    []uint32 // prompt then output
 	hashes    []blockhash.Hash
 	blocks    []kvcache.BlockID
 	numStored int // leading blocks already put into the prefix cache
+	admitted  bool
 }
+
+// Blocks returns the block ids the request holds now (for a held request: its KV to hand over).
+func (r *Request) Blocks() []kvcache.BlockID { return append([]kvcache.BlockID(nil), r.blocks...) }
 
 // NumTokens is prompt plus output length.
 func (r *Request) NumTokens() int { return len(r.tokens) }
@@ -94,6 +108,8 @@ type Output struct {
 	// PrefixQueries/PrefixHits count tokens looked up in / served by the prefix cache this step
 	// (vllm:prefix_cache_queries / _hits).
 	PrefixQueries, PrefixHits int
+	// TransferredTokens counts prompt tokens admitted with KV from a remote prefill.
+	TransferredTokens int
 }
 
 // NumTokens is the step's total scheduled tokens.
@@ -112,6 +128,9 @@ type Scheduler struct {
 	hasher  *blockhash.Hasher
 	waiting []*Request
 	running []*Request
+	// held are finished HoldKV requests whose blocks stay referenced until Release.
+	held       map[string]*Request
+	heldBlocks int
 }
 
 // New returns a scheduler over cache, hashing blocks with hasher.
@@ -119,7 +138,7 @@ func New(cfg Config, cache *kvcache.Cache, hasher *blockhash.Hasher) (*Scheduler
 	if cfg.MaxNumSeqs <= 0 || cfg.MaxNumBatchedTokens <= 0 || cfg.MaxModelLen <= 0 {
 		return nil, fmt.Errorf("scheduler limits must be positive: %+v", cfg)
 	}
-	return &Scheduler{cfg: cfg, cache: cache, hasher: hasher}, nil
+	return &Scheduler{cfg: cfg, cache: cache, hasher: hasher, held: map[string]*Request{}}, nil
 }
 
 // Add queues a request. It rejects requests that could never run.
@@ -129,6 +148,12 @@ func (s *Scheduler) Add(r *Request) error {
 	}
 	if r.MaxTokens <= 0 {
 		return fmt.Errorf("request %s: max tokens must be positive", r.ID)
+	}
+	if r.KVTransferred < 0 {
+		return fmt.Errorf("request %s: transferred KV tokens must not be negative, got %d", r.ID, r.KVTransferred)
+	}
+	if _, ok := s.held[r.ID]; ok {
+		return fmt.Errorf("request %s: a finished request of that id still holds its KV blocks (release it first)", r.ID)
 	}
 	if len(r.Prompt) >= s.cfg.MaxModelLen {
 		return fmt.Errorf("request %s: prompt of %d tokens does not fit max model length %d", r.ID, len(r.Prompt), s.cfg.MaxModelLen)
@@ -141,8 +166,45 @@ func (s *Scheduler) Add(r *Request) error {
 	// buffer whatever MaxTokens says (a client may send 2^63-1).
 	r.tokens = append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, s.cfg.MaxModelLen-len(r.Prompt))), r.Prompt...)
 	r.Status = Waiting
+	r.admitted = false
+	r.TransferredTokens = 0
 	s.waiting = append(s.waiting, r)
 	return nil
+}
+
+// Release frees the blocks of a finished HoldKV request. It reports whether id was held.
+func (s *Scheduler) Release(id string) bool {
+	r, ok := s.held[id]
+	if !ok {
+		return false
+	}
+	delete(s.held, id)
+	s.heldBlocks -= len(r.blocks)
+	s.release(r)
+	return true
+}
+
+// Held returns a finished request whose blocks are held, or nil.
+func (s *Scheduler) Held(id string) *Request { return s.held[id] }
+
+// NumHeld counts the finished requests holding blocks and the blocks they hold.
+func (s *Scheduler) NumHeld() (requests, blocks int) { return len(s.held), s.heldBlocks }
+
+// CachedPrefixTokens is the number of leading prompt tokens, in full blocks, whose KV the prefix
+// cache holds now for a request with this adapter and cache salt. It hashes only as far as the
+// cache matches.
+func (s *Scheduler) CachedPrefixTokens(prompt []uint32, lora, cacheSalt string) int {
+	bs := s.cache.BlockSize()
+	var parent blockhash.Hash
+	n := 0
+	for ; (n+1)*bs <= len(prompt); n++ {
+		h := s.hasher.Block(parent, prompt[n*bs:(n+1)*bs], blockhash.ExtraKeys(lora, cacheSalt, n))
+		if len(s.cache.Lookup([]blockhash.Hash{h})) == 0 {
+			break
+		}
+		parent = h
+	}
+	return n * bs
 }
 
 // Abort removes a request wherever it is and frees its blocks. It reports whether it was found.
@@ -230,23 +292,38 @@ func (s *Scheduler) Schedule() Output {
 		maxHit := (r.NumTokens() - 1) / bs
 		hits := s.cache.Lookup(r.hashes[:min(maxHit, len(r.hashes))])
 		hitTokens := len(hits) * bs
-		n := min(r.NumTokens()-hitTokens, budget)
-		need := blocksFor(hitTokens+n, bs) - len(hits)
+		// Blocks that arrived from a remote prefill count only at the first admission: once
+		// preempted, the request finds them in the prefix cache or recomputes them, as vLLM does.
+		remote := 0
+		if !r.admitted {
+			remote = max(0, min(r.KVTransferred/bs, maxHit, len(r.hashes))-len(hits))
+		}
+		start := hitTokens + remote*bs
+		n := min(r.NumTokens()-start, budget)
+		need := blocksFor(start+n, bs) - len(hits)
 		if need > s.cache.NumFree()-s.cache.NumEvictable(hits) {
 			break
 		}
 		s.cache.Touch(hits)
 		ids, _ := s.cache.Allocate(need)
 		r.blocks = append(append(r.blocks[:0], hits...), ids...)
-		r.NumComputed = hitTokens
+		r.NumComputed = start
 		r.numStored = len(hits)
-		r.CachedTokens = hitTokens
+		r.CachedTokens = start
 		r.Status = Running
 		out.PrefixQueries += r.NumTokens()
 		out.PrefixHits += hitTokens
 		if r.ReportFull && len(hits) > 0 {
 			s.cache.Announce(r.hashes[:len(hits)], blockhash.Hash{}, r.tokens[:hitTokens], r.LoRA, s.extraKeys(r, 0, len(hits)))
 		}
+		if remote > 0 {
+			// The transferred blocks enter the prefix cache as they land, with their BlockStored
+			// event, before the step computes anything after them.
+			s.storeUpTo(r, len(hits)+remote)
+			r.TransferredTokens = remote * bs
+			out.TransferredTokens += remote * bs
+		}
+		r.admitted = true
 		s.waiting = s.waiting[1:]
 		s.running = append(s.running, r)
 		if r.LoRA != "" && loras != nil {
@@ -300,18 +377,24 @@ func distinctLoRAs(reqs []*Request) []string {
 func (s *Scheduler) plan(r *Request, n int) Scheduled {
 	sc := Scheduled{Req: r, NumNew: n, Context: r.NumComputed, Samples: r.NumComputed+n >= r.NumTokens()}
 	s.extendHashes(r)
-	full := min((r.NumComputed+n)/s.cache.BlockSize(), len(r.hashes))
-	if full > r.numStored {
-		bs := s.cache.BlockSize()
-		var parent blockhash.Hash
-		if r.numStored > 0 {
-			parent = r.hashes[r.numStored-1]
-		}
-		s.cache.Store(r.blocks[r.numStored:full], r.hashes[r.numStored:full], parent,
-			r.tokens[r.numStored*bs:full*bs], r.LoRA, s.extraKeys(r, r.numStored, full))
-		r.numStored = full
-	}
+	s.storeUpTo(r, (r.NumComputed+n)/s.cache.BlockSize())
 	return sc
+}
+
+// storeUpTo puts r's blocks up to full (exclusive) into the prefix cache.
+func (s *Scheduler) storeUpTo(r *Request, full int) {
+	full = min(full, len(r.hashes))
+	if full <= r.numStored {
+		return
+	}
+	bs := s.cache.BlockSize()
+	var parent blockhash.Hash
+	if r.numStored > 0 {
+		parent = r.hashes[r.numStored-1]
+	}
+	s.cache.Store(r.blocks[r.numStored:full], r.hashes[r.numStored:full], parent,
+		r.tokens[r.numStored*bs:full*bs], r.LoRA, s.extraKeys(r, r.numStored, full))
+	r.numStored = full
 }
 
 // Complete applies a step's results: computed tokens advance, sampled tokens are appended (tokens
@@ -342,8 +425,13 @@ func (s *Scheduler) Complete(out Output, tokens func(r *Request) uint32) []*Requ
 				break
 			}
 		}
-		s.release(r)
 		r.Status = Finished
+		if r.HoldKV {
+			s.held[r.ID] = r
+			s.heldBlocks += len(r.blocks)
+			continue
+		}
+		s.release(r)
 	}
 	return done
 }

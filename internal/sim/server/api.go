@@ -300,13 +300,15 @@ func (s *Server) handleReset(w http.ResponseWriter, _ *http.Request) {
 }
 
 type faultsJSON struct {
-	FailFraction         *float64 `json:"failFraction,omitempty"`
-	TokenizeDelayMs      *int     `json:"tokenizeDelayMs,omitempty"`
-	TokenizeFailFraction *float64 `json:"tokenizeFailFraction,omitempty"`
-	EventDelayMs         *int     `json:"eventDelayMs,omitempty"`
-	ReplayDown           *bool    `json:"replayDown,omitempty"`
-	DropNextBatches      int      `json:"dropNextBatches,omitempty"`
-	Restart              bool     `json:"restart,omitempty"`
+	FailFraction           *float64 `json:"failFraction,omitempty"`
+	TokenizeDelayMs        *int     `json:"tokenizeDelayMs,omitempty"`
+	TokenizeFailFraction   *float64 `json:"tokenizeFailFraction,omitempty"`
+	EventDelayMs           *int     `json:"eventDelayMs,omitempty"`
+	ReplayDown             *bool    `json:"replayDown,omitempty"`
+	KVTransferFailFraction *float64 `json:"kvTransferFailFraction,omitempty"`
+	KVTransferDelayMs      *int     `json:"kvTransferDelayMs,omitempty"`
+	DropNextBatches        int      `json:"dropNextBatches,omitempty"`
+	Restart                bool     `json:"restart,omitempty"`
 }
 
 func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
@@ -314,8 +316,13 @@ func (s *Server) handleGetFaults(w http.ResponseWriter, _ *http.Request) {
 	f := s.faults
 	s.mu.Unlock()
 	tok, ev := int(f.TokenizeDelay/time.Millisecond), int(f.EventDelay/time.Millisecond)
-	writeJSON(w, http.StatusOK, faultsJSON{FailFraction: &f.FailFraction, TokenizeDelayMs: &tok,
-		TokenizeFailFraction: &f.TokenizeFailFraction, EventDelayMs: &ev, ReplayDown: &f.ReplayDown})
+	out := faultsJSON{FailFraction: &f.FailFraction, TokenizeDelayMs: &tok,
+		TokenizeFailFraction: &f.TokenizeFailFraction, EventDelayMs: &ev, ReplayDown: &f.ReplayDown}
+	if s.kv != nil {
+		kd := int(f.KVTransferDelay / time.Millisecond)
+		out.KVTransferFailFraction, out.KVTransferDelayMs = &f.KVTransferFailFraction, &kd
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleSetFaults changes fault injection at run time (sim-only endpoint).
@@ -328,7 +335,7 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"failFraction", req.FailFraction}, {"tokenizeFailFraction", req.TokenizeFailFraction}} {
+	}{{"failFraction", req.FailFraction}, {"tokenizeFailFraction", req.TokenizeFailFraction}, {"kvTransferFailFraction", req.KVTransferFailFraction}} {
 		if f.v != nil && (*f.v < 0 || *f.v > 1) {
 			writeError(w, badRequest("%s must be within [0, 1]", f.name))
 			return
@@ -336,6 +343,14 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	if (req.DropNextBatches > 0 || req.EventDelayMs != nil || req.ReplayDown != nil) && s.opt.Publisher == nil {
 		writeError(w, badRequest("KV events are not enabled on this engine"))
+		return
+	}
+	if (req.KVTransferFailFraction != nil || req.KVTransferDelayMs != nil) && s.kv == nil {
+		writeError(w, badRequest("KV transfer is not configured on this engine (--kv-transfer-config)"))
+		return
+	}
+	if req.KVTransferDelayMs != nil && *req.KVTransferDelayMs < 0 {
+		writeError(w, badRequest("kvTransferDelayMs must not be negative"))
 		return
 	}
 	s.mu.Lock()
@@ -347,6 +362,12 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.TokenizeFailFraction != nil {
 		s.faults.TokenizeFailFraction = *req.TokenizeFailFraction
+	}
+	if req.KVTransferFailFraction != nil {
+		s.faults.KVTransferFailFraction = *req.KVTransferFailFraction
+	}
+	if req.KVTransferDelayMs != nil {
+		s.faults.KVTransferDelay = time.Duration(*req.KVTransferDelayMs) * time.Millisecond
 	}
 	if req.ReplayDown != nil {
 		s.faults.ReplayDown = *req.ReplayDown

@@ -47,10 +47,21 @@ type Settings struct {
 	PrefixCaching   bool
 	HashSubstituted bool // a pickle-based --prefix-caching-hash-algo was mapped to its CBOR variant
 	KVEvents        KVEventsConfig
-	Encoding        kvpublish.Encoding
-	IntHashes       bool
-	LegacyReplay    bool
-	LoRAModules     map[string]string
+	// KVTransfer is vLLM's --kv-transfer-config; nil when absent (kv_transfer_params are then
+	// ignored, as vLLM does without a connector).
+	KVTransfer *KVTransferConfig
+	// SideChannelHost and SideChannelPort are where engine 0's KV side channel listens and what
+	// its prefill responses advertise (VLLM_NIXL_SIDE_CHANNEL_HOST / _PORT); engine i adds
+	// DataParallelRank + i to the port. KVTransport prices the transfers; KVTransferTimeout is
+	// how long (simulated) a prefill keeps blocks nobody pulls (VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+	SideChannelHost   string
+	SideChannelPort   int
+	KVTransport       timing.Transport
+	KVTransferTimeout time.Duration
+	Encoding          kvpublish.Encoding
+	IntHashes         bool
+	LegacyReplay      bool
+	LoRAModules       map[string]string
 	// EnableLoRA is vLLM's --enable-lora; MaxLoRAs, MaxCPULoRAs and MaxLoRARank its adapter
 	// limits (the GPU slots are Engine.MaxLoRAs once LoRA is on).
 	EnableLoRA  bool
@@ -180,6 +191,10 @@ var flagTable = []flagDef{
 		help: `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557",` + "\n" +
 			` "replay_endpoint":"tcp://*:5558","topic":"...","hwm":100000,"buffer_steps":10000}`,
 		set: func(s *Settings, v value) error { return s.KVEvents.parse(v.str) }},
+	{name: "kv-transfer-config", kind: stringKind, arg: "JSON",
+		help: `{"kv_connector":"NixlConnector","kv_role":"kv_both"|"kv_producer"|` + "\n" +
+			`"kv_consumer"}: serve disaggregated prefill/decode legs (kv_transfer_params)`,
+		set: func(s *Settings, v value) error { return s.parseKVTransfer(v.str) }},
 	{name: "lora-modules", kind: listKind, arg: "name=path...",
 		help: "LoRA adapters accepted as model names (or {\"name\":..,\"path\":..});\nneeds --enable-lora",
 		set:  setLoRAModules},
@@ -231,6 +246,23 @@ var flagTable = []flagDef{
 		set: func(s *Settings, v value) error { s.Faults.TokenizeFailFraction = v.float; return nil }},
 	{name: "fault-replay-down", sim: true, kind: boolKind, help: "leave replay requests unanswered (replay unavailable)",
 		set: func(s *Settings, v value) error { s.Faults.ReplayDown = v.on; return nil }},
+	{name: "kv-transport", sim: true, kind: stringKind, def: "rdma", arg: "T",
+		help: "link the KV of a disaggregated request crosses: " + strings.Join(timing.TransportNames(), " | ") + " (default rdma)",
+		set: func(s *Settings, v value) (err error) {
+			s.KVTransport, err = timing.LookupTransport(v.str)
+			if err != nil {
+				err = fmt.Errorf("--kv-transport: %w", err)
+			}
+			return err
+		}},
+	{name: "kv-transfer-timeout", sim: true, kind: durationKind, arg: "D",
+		help: "simulated time a prefill engine keeps KV blocks no decode engine pulls\n(default $VLLM_NIXL_ABORT_REQUEST_TIMEOUT seconds, else 480s)",
+		set:  func(s *Settings, v value) error { s.KVTransferTimeout = v.dur; return nil }},
+	{name: "fault-kv-transfer-fail-fraction", sim: true, kind: floatKind, arg: "F",
+		help: "fail this fraction of KV pulls (the decode engine recomputes the prompt)",
+		set:  func(s *Settings, v value) error { s.Faults.KVTransferFailFraction = v.float; return nil }},
+	{name: "fault-kv-transfer-delay", sim: true, kind: durationKind, arg: "D", help: "add D (wall clock) to every KV pull",
+		set: func(s *Settings, v value) error { s.Faults.KVTransferDelay = v.dur; return nil }},
 	{name: "fault-restart-every", sim: true, kind: durationKind, arg: "D", help: "restart each engine every D (sequence back to 0, cache empty)",
 		set: func(s *Settings, v value) error { s.RestartEvery = v.dur; return nil }},
 	{name: "enable-sim-api", sim: true, kind: boolKind,
@@ -370,6 +402,7 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 	ints, _ := lookupEnv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES")
 	s.IntHashes = ints != "0"
 	errs = append(errs, s.resolveLoRA()...)
+	errs = append(errs, s.resolveKVTransfer(lookupEnv)...)
 	switch {
 	case s.Engines < 1:
 		errs = append(errs, errors.New("--engines must be at least 1"))
@@ -379,6 +412,10 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 		errs = append(errs, errors.New("--fault-fail-fraction must be within [0, 1]"))
 	case s.Faults.TokenizeFailFraction < 0 || s.Faults.TokenizeFailFraction > 1:
 		errs = append(errs, errors.New("--fault-tokenize-fail-fraction must be within [0, 1]"))
+	case s.Faults.KVTransferFailFraction < 0 || s.Faults.KVTransferFailFraction > 1:
+		errs = append(errs, errors.New("--fault-kv-transfer-fail-fraction must be within [0, 1]"))
+	case s.Faults.KVTransferDelay < 0:
+		errs = append(errs, errors.New("--fault-kv-transfer-delay must not be negative"))
 	}
 	return errs
 }
@@ -422,7 +459,10 @@ vLLM flags (same meaning as vllm serve):
 
 const usageVLLMNotes = `Environment: PYTHONHASHSEED (hash seed; unset = random), VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (1 = int
 hashes, default; 0 = bytes), VLLM_API_KEY (the key when --api-key is not given), VLLM_SERVER_DEV_MODE
-(1 = serve POST /reset_prefix_cache, as vLLM does only in dev mode).
+(1 = serve POST /reset_prefix_cache, as vLLM does only in dev mode). With --kv-transfer-config:
+VLLM_NIXL_SIDE_CHANNEL_HOST (advertised KV side-channel host; default --host, or localhost for 0.0.0.0),
+VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600; engine i listens on it + data-parallel rank + i),
+VLLM_NIXL_ABORT_REQUEST_TIMEOUT (seconds, default of --kv-transfer-timeout).
 Other vLLM flags are accepted and ignored with one warning.
 
 Simulator flags:

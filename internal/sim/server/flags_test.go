@@ -146,7 +146,9 @@ func TestFlagDefaults(t *testing.T) {
 		{"encoding", s.Encoding, kvpublish.Map}, {"int hashes", s.IntHashes, true}, {"legacy replay", s.LegacyReplay, false},
 		{"engines", s.Engines, 1}, {"stride", s.PortStride, 2}, {"faults", s.Faults, Faults{}}, {"drop", s.DropBatches, 0},
 		{"restart", s.RestartEvery, time.Duration(0)}, {"log level", s.LogLevel, slog.LevelInfo}, {"ignored", s.IgnoredFlags, []string(nil)},
-		{"sim api", s.SimAPI, false}, {"dev mode", s.DevMode, false},
+		{"sim api", s.SimAPI, false}, {"dev mode", s.DevMode, false}, {"kv transfer", s.KVTransfer, (*KVTransferConfig)(nil)},
+		{"kv transport", s.KVTransport.Name, "rdma"}, {"kv timeout", s.KVTransferTimeout, 480 * time.Second},
+		{"side channel", []any{s.SideChannelHost, s.SideChannelPort}, []any{"", 0}},
 	} {
 		if !reflect.DeepEqual(x.got, x.want) {
 			t.Errorf("%s: %#v, want %#v", x.name, x.got, x.want)
@@ -212,6 +214,18 @@ func TestEveryFlag(t *testing.T) {
 		{[]string{"--fault-restart-every", "1m"}, func(s *Settings) any { return s.RestartEvery }, time.Minute},
 		{[]string{"--enable-sim-api"}, func(s *Settings) any { return []bool{s.SimAPI, s.DevMode} }, []bool{true, false}},
 		{[]string{"--log-level", "debug"}, func(s *Settings) any { return s.LogLevel }, slog.LevelDebug},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`},
+			func(s *Settings) any { return []any{*s.KVTransfer, s.SideChannelHost, s.SideChannelPort} },
+			// vLLM's default policy: a failed pull fails the request.
+			[]any{KVTransferConfig{Connector: "NixlConnector", Role: "kv_both", LoadFailurePolicy: "fail"}, "localhost", 5600}},
+		{[]string{"--host", "10.0.0.7", "--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_consumer","engine_id":"e","kv_load_failure_policy":"recompute"}`},
+			func(s *Settings) any { return []any{*s.KVTransfer, s.SideChannelHost} },
+			[]any{KVTransferConfig{Connector: "NixlConnector", Role: "kv_consumer", EngineID: "e", LoadFailurePolicy: "recompute"}, "10.0.0.7"}},
+		{[]string{"--kv-transport", "tcp"}, func(s *Settings) any { return s.KVTransport.Name }, "tcp"},
+		{[]string{"--kv-transport", "InfiniBand"}, func(s *Settings) any { return s.KVTransport.Name }, "rdma"},
+		{[]string{"--kv-transfer-timeout", "30s"}, func(s *Settings) any { return s.KVTransferTimeout }, 30 * time.Second},
+		{[]string{"--fault-kv-transfer-fail-fraction", "0.5"}, func(s *Settings) any { return s.Faults.KVTransferFailFraction }, 0.5},
+		{[]string{"--fault-kv-transfer-delay", "50ms"}, func(s *Settings) any { return s.Faults.KVTransferDelay }, 50 * time.Millisecond},
 		{[]string{"--log_level=WARN"}, func(s *Settings) any { return s.LogLevel }, slog.LevelWarn},
 	}
 	covered := map[string]bool{"help": true}
@@ -265,6 +279,21 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"--log-level", "loud"}, `--log-level: slog: level string "loud": unknown name`},
 		{[]string{"--sim-profile", "h100-llama-3.1-8b-tp1", "-tp", "2"}, "--sim-profile h100-llama-3.1-8b-tp1 is for TP 1, but --tensor-parallel-size is 2"},
 		{[]string{"m1", "m2", "m3"}, "unexpected arguments: m2 m3"},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"P2pNcclConnector","kv_role":"kv_both"}`},
+			`--kv-transfer-config: kv_connector "P2pNcclConnector" is not simulated (vllm-sim plays NixlConnector)`},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}`},
+			`--kv-transfer-config: kv_connector "LMCacheConnectorV1" is not simulated: LMCache's disaggregated prefill pushes the KV to a decode engine named in the prefill request, which vllm-sim does not play (it plays NixlConnector's pull)`},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"NixlConnector"}`},
+			"--kv-transfer-config: kv_role is required with kv_connector (kv_both, kv_producer or kv_consumer)"},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"both"}`},
+			`--kv-transfer-config: kv_role "both" is not one of kv_both, kv_producer, kv_consumer`},
+		{[]string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_load_failure_policy":"retry"}`},
+			`--kv-transfer-config: kv_load_failure_policy "retry" is not recompute or fail`},
+		{[]string{"--kv-transfer-config", `{"kv_connector":`}, "--kv-transfer-config: unexpected end of JSON input"},
+		{[]string{"--kv-transport", "smoke"}, `--kv-transport: unknown KV transport "smoke" (known: nvlink, rdma, roce, tcp)`},
+		{[]string{"--kv-transfer-timeout", "-1s"}, "--kv-transfer-timeout must be positive"},
+		{[]string{"--fault-kv-transfer-fail-fraction", "1.5"}, "--fault-kv-transfer-fail-fraction must be within [0, 1]"},
+		{[]string{"--fault-kv-transfer-delay", "-1s"}, "--fault-kv-transfer-delay must not be negative"},
 		{[]string{"--model", "m", "serve"}, "unexpected arguments: serve"},
 	} {
 		_, err := ParseFlags(c.args, env())
@@ -307,6 +336,27 @@ func TestEnvironment(t *testing.T) {
 	}
 	if s.Engine.HashSeed == nil || *s.Engine.HashSeed != "42" || s.IntHashes || !s.DevMode || s.SimAPI {
 		t.Errorf("seed %v, int hashes %v, dev mode %v, sim api %v", s.Engine.HashSeed, s.IntHashes, s.DevMode, s.SimAPI)
+	}
+}
+
+func TestKVTransferEnvironment(t *testing.T) {
+	cfg := []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}
+	s, err := ParseFlags(cfg, env("VLLM_NIXL_SIDE_CHANNEL_HOST", "10.1.2.3", "VLLM_NIXL_SIDE_CHANNEL_PORT", "7000", "VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "60"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.SideChannelHost != "10.1.2.3" || s.SideChannelPort != 7000 || s.KVTransferTimeout != time.Minute {
+		t.Errorf("side channel %s:%d, timeout %v", s.SideChannelHost, s.SideChannelPort, s.KVTransferTimeout)
+	}
+	// The flag wins over the environment.
+	s, err = ParseFlags(append(cfg, "--kv-transfer-timeout", "5s"), env("VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "60"))
+	if err != nil || s.KVTransferTimeout != 5*time.Second {
+		t.Errorf("timeout %v, err %v", s.KVTransferTimeout, err)
+	}
+	for _, e := range [][]string{{"VLLM_NIXL_SIDE_CHANNEL_PORT", "70000"}, {"VLLM_NIXL_SIDE_CHANNEL_PORT", "x"}, {"VLLM_NIXL_ABORT_REQUEST_TIMEOUT", "soon"}} {
+		if _, err := ParseFlags(cfg, env(e...)); err == nil || !strings.Contains(err.Error(), e[0]) {
+			t.Errorf("%s=%s: error %v", e[0], e[1], err)
+		}
 	}
 }
 

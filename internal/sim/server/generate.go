@@ -141,6 +141,8 @@ type job struct {
 	created int64
 	chat    bool
 	promptN int
+	// kv are the request's kv_transfer_params when the engine has a KV connector.
+	kv *kvParams
 }
 
 // decodeJob reads and checks a generation request. Both endpoints share it because the order of
@@ -229,6 +231,9 @@ func (s *Server) prepare(p *commonParams, prompt []uint32, maxTokens json.RawMes
 		chat:    chat,
 		promptN: len(prompt),
 	}
+	if err := s.prepareKV(j, p); err != nil {
+		return nil, err
+	}
 	if !s.opt.PrefixCaching {
 		// Without prefix caching no two requests share blocks: a unique salt gives every request
 		// its own hash chain, which is exactly vLLM's behaviour from the router's point of view.
@@ -260,7 +265,19 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 		writeError(w, fmt.Errorf("injected failure"))
 		return
 	}
-	f, err := s.submit(j.req, j.reason)
+	arrived := 0.0
+	if j.kv != nil && j.kv.remotePrefill {
+		s.mu.Lock()
+		arrived = s.virtualNow()
+		s.mu.Unlock()
+		if err := s.pullKV(r.Context(), j); err != nil {
+			if r.Context().Err() == nil {
+				writeError(w, err)
+			}
+			return
+		}
+	}
+	f, err := s.submit(j.req, j.reason, arrived)
 	if err != nil {
 		writeError(w, badRequest("%v", err))
 		return
@@ -294,10 +311,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j *job) {
 			} else {
 				choice = map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": j.reason, "stop_reason": nil, "prompt_logprobs": nil}
 			}
-			writeJSON(w, http.StatusOK, map[string]any{
+			resp := map[string]any{
 				"id": j.id, "object": objectName(j.chat, false), "created": j.created, "model": j.model,
 				"choices": []any{choice}, "usage": usage(j.promptN, len(out), cached),
-			})
+			}
+			if j.req.HoldKV {
+				resp["kv_transfer_params"] = s.heldParams(j.req.ID)
+			}
+			writeJSON(w, http.StatusOK, resp)
 			return
 		}
 	}

@@ -172,3 +172,68 @@ func (m *metrics) observeFinished(r *engine.Request, reason string) {
 	m.promptLen.With(m.labels).Observe(float64(len(r.Prompt)))
 	m.genLen.With(m.labels).Observe(float64(len(r.Output)))
 }
+
+// kvMetrics are the disaggregation metrics, registered only with a KV connector (as vLLM
+// registers its NIXL metrics): vLLM's own names for what it measures, kvrouter_sim_ for what only
+// the simulator knows.
+type kvMetrics struct {
+	nixlSeconds, nixlBytes *prometheus.HistogramVec
+	nixlFailed, expired    *prometheus.CounterVec
+	transfers, failures    *prometheus.CounterVec
+	seconds                prometheus.Histogram
+	blocks                 prometheus.Counter
+	heldBlocks             prometheus.Gauge
+	heldRequests           prometheus.Gauge
+}
+
+// vLLM's NIXL bucket boundaries: seconds, and bytes from 2 KiB to 8 GiB in powers of four.
+var (
+	nixlSecondsBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0}
+	nixlBytesBuckets   = func() []float64 {
+		var out []float64
+		for i := 1; i < 25; i += 2 {
+			out = append(out, float64(uint64(1)<<(10+i)))
+		}
+		return out
+	}()
+)
+
+func newKVMetrics(m *metrics) *kvMetrics {
+	l := []string{"model_name", "engine"}
+	k := &kvMetrics{
+		nixlSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vllm:nixl_xfer_time_seconds",
+			Help: "Histogram of transfer duration for NIXL KV Cache transfers.", Buckets: nixlSecondsBuckets}, l),
+		nixlBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "vllm:nixl_bytes_transferred",
+			Help: "Histogram of bytes transferred per NIXL KV Cache transfers.", Buckets: nixlBytesBuckets}, l),
+		nixlFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:nixl_num_failed_transfers_total",
+			Help: "Number of failed NIXL KV Cache transfers."}, l),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:nixl_num_kv_expired_reqs_total",
+			Help: "Number of requests that had their KV expire."}, l),
+		transfers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_sim_kv_transfers_total",
+			Help: "Decode legs by the outcome of their KV pull: ok, recomputed (the pull failed and the prompt was recomputed), failed (kv_load_failure_policy fail)."},
+			[]string{"result"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_sim_kv_transfer_failures_total",
+			Help: "Failed KV pulls by reason: unreachable, not_found, engine_mismatch, block_size_mismatch, refused, injected."},
+			[]string{"reason"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvrouter_sim_kv_transfer_seconds",
+			Help: "Simulated seconds of each successful KV pull (transfer model plus the delay fault).", Buckets: nixlSecondsBuckets}),
+		blocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvrouter_sim_kv_transfer_blocks_total",
+			Help: "KV blocks pulled from prefill engines."}),
+		heldBlocks: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvrouter_sim_kv_held_blocks",
+			Help: "KV blocks of finished prefill legs kept for decode engines to pull."}),
+		heldRequests: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvrouter_sim_kv_held_requests",
+			Help: "Finished prefill legs whose KV blocks wait for a decode engine."}),
+	}
+	m.reg.MustRegister(k.nixlSeconds, k.nixlBytes, k.nixlFailed, k.expired, k.transfers, k.failures, k.seconds, k.blocks,
+		k.heldBlocks, k.heldRequests)
+	for _, v := range []*prometheus.HistogramVec{k.nixlSeconds, k.nixlBytes} {
+		v.With(m.labels)
+	}
+	for _, v := range []*prometheus.CounterVec{k.nixlFailed, k.expired} {
+		v.With(m.labels)
+	}
+	for _, r := range []string{"ok", "recomputed", "failed"} {
+		k.transfers.WithLabelValues(r)
+	}
+	return k
+}

@@ -69,6 +69,9 @@ type Options struct {
 	// ResetPrefixCache serves POST /reset_prefix_cache, which vLLM serves only in its dev mode
 	// (VLLM_SERVER_DEV_MODE=1); SimAPI turns it on too.
 	ResetPrefixCache bool
+	// KVTransfer, when set, makes the engine play disaggregated prefill and decode legs
+	// (--kv-transfer-config); nil: kv_transfer_params are ignored.
+	KVTransfer *KVTransferOptions
 }
 
 // KVEventSource is one entry of GET /kv_event_sources.
@@ -92,6 +95,10 @@ type Faults struct {
 	// ReplayDown makes the replay socket ignore requests (replay unavailable: subscribers
 	// time out).
 	ReplayDown bool `json:"replayDown"`
+	// KVTransferFailFraction of KV pulls fail (the decode engine then recomputes the prompt).
+	KVTransferFailFraction float64 `json:"kvTransferFailFraction"`
+	// KVTransferDelay is added (wall clock) to every KV pull.
+	KVTransferDelay time.Duration `json:"kvTransferDelay"`
 }
 
 // Server is one simulated engine with its HTTP API.
@@ -118,6 +125,8 @@ type Server struct {
 	unpublished int
 	// generation counts restarts, so that a step that straddles one publishes nothing.
 	generation uint64
+	// kv is the disaggregation state (nil without KVTransfer).
+	kv *kvState
 }
 
 // flight is the HTTP side of one engine request.
@@ -174,6 +183,9 @@ func New(eng *engine.Engine, opt Options) *Server {
 	if opt.Publisher != nil && opt.Faults.ReplayDown {
 		opt.Publisher.SetReplayDown(true)
 	}
+	if opt.KVTransfer != nil {
+		s.kv = newKVState(opt.KVTransfer, s.met)
+	}
 	return s
 }
 
@@ -200,6 +212,22 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		res := s.eng.Step()
 		gen := s.generation
+		if res.Sequences == 0 && len(res.Events) == 0 && len(res.Preempted) == 0 {
+			// Work is waiting but nothing fits (blocks held for remote decode engines): only a
+			// release, an abort or a new request can change that, and each wakes the loop.
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+			}
+			// The engine stood idle meanwhile: its clock catches up, as when it has no work.
+			s.mu.Lock()
+			s.eng.AdvanceTo(s.virtualNow())
+			s.wallAnchor, s.virtAnchor = time.Now(), s.eng.Now()
+			s.mu.Unlock()
+			continue
+		}
 		if s.opt.Publisher != nil && len(res.Events) > 0 {
 			s.unpublished++
 		}
@@ -237,14 +265,19 @@ func (s *Server) Run(ctx context.Context) {
 			s.unpublished--
 			s.mu.Unlock()
 		}
-		s.deliver(res)
+		s.deliver(res, gen)
 	}
 }
 
-func (s *Server) deliver(res engine.StepResult) {
+func (s *Server) deliver(res engine.StepResult, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range res.Tokens {
+		if t.Last && t.Req.HoldKV && s.kv != nil && s.generation == gen {
+			// Whether or not the client still waits: the engine holds the blocks either way,
+			// and only a pull or the timeout frees them.
+			s.holdKV(t.Req)
+		}
 		f := s.inflight[t.Req]
 		if f == nil {
 			continue
@@ -267,8 +300,9 @@ func (s *Server) deliver(res engine.StepResult) {
 	}
 }
 
-// submit queues r and returns its delivery channel.
-func (s *Server) submit(r *engine.Request, reason string) (*flight, error) {
+// submit queues r and returns its delivery channel. arrived, when positive, is the virtual time
+// the request reached the server (before a KV pull), which the latency metrics count from.
+func (s *Server) submit(r *engine.Request, reason string, arrived float64) (*flight, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.eng.HasWork() {
@@ -285,6 +319,9 @@ func (s *Server) submit(r *engine.Request, reason string) (*flight, error) {
 	// out up to one step that every client measures.
 	if now := s.virtualNow(); now < r.Arrival {
 		r.Arrival = now
+	}
+	if arrived > 0 && arrived < r.Arrival {
+		r.Arrival = arrived
 	}
 	// The engine stops a request at MaxTokens outputs or at the context length, whichever comes
 	// first; sizing by the second keeps a huge MaxTokens from sizing the channel.
@@ -308,6 +345,7 @@ func (s *Server) abort(r *engine.Request) {
 	}
 	delete(s.inflight, r)
 	s.eng.Abort(r.ID)
+	s.poke()
 	s.met.success.WithLabelValues(s.met.labels["model_name"], "0", "abort").Inc()
 }
 
@@ -321,6 +359,9 @@ func (s *Server) Restart() error {
 		return err
 	}
 	s.generation++
+	if s.kv != nil {
+		s.kv.restart()
+	}
 	for _, r := range dropped {
 		if f := s.inflight[r]; f != nil {
 			f.ch <- delivery{err: errRestarted}
@@ -332,6 +373,14 @@ func (s *Server) Restart() error {
 	}
 	s.log.Info("engine restarted", "dropped_requests", len(dropped))
 	return nil
+}
+
+// poke wakes the step loop after a change that may let waiting requests in.
+func (s *Server) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Server) nextID(prefix string) string {

@@ -60,7 +60,7 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 		}
 	}()
 	tok := tokenizer.New()
-	errc := make(chan error, s.Engines)
+	errc := make(chan error, 2*s.Engines) // an HTTP server and a KV side channel per engine
 	cfg := s.Engine
 	cfg.EmitEvents = s.KVEvents.Enabled()
 	var real *hftok.Tokenizer
@@ -93,7 +93,40 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 			}
 			opt.Publisher, opt.KVEventSources = pub, []KVEventSource{src}
 		}
+		var sideLn net.Listener
+		if s.KVTransfer != nil {
+			// As vLLM's NIXL connector: the side channel listens where it is advertised, one
+			// port per engine (offset by the data-parallel rank, like the event ports).
+			port := s.SideChannelPort
+			if port != 0 {
+				port += s.DataParallelRank + i
+			}
+			sideLn, err = net.Listen("tcp", net.JoinHostPort(s.SideChannelHost, strconv.Itoa(port)))
+			if err != nil {
+				return fmt.Errorf("engine %d KV side channel: %w", i, err)
+			}
+			closers = append(closers, func() { _ = sideLn.Close() })
+			opt.KVTransfer = &KVTransferOptions{
+				Connector: s.KVTransfer.Connector, Role: s.KVTransfer.Role, EngineID: engineIDFor(s.KVTransfer.EngineID, i, s.Engines),
+				LoadFailurePolicy: s.KVTransfer.LoadFailurePolicy, Host: s.SideChannelHost, Port: sideLn.Addr().(*net.TCPAddr).Port,
+				Transport: s.KVTransport, Timeout: s.KVTransferTimeout,
+			}
+		}
 		srv := New(eng, opt)
+		if sideLn != nil {
+			hs := &http.Server{Handler: srv.SideChannelHandler(), ReadHeaderTimeout: 10 * time.Second}
+			servers = append(servers, hs)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := hs.Serve(sideLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					errc <- fmt.Errorf("engine %d KV side channel: %w", i, err)
+				}
+			}()
+			log.Info("KV transfer ready", "engine", i, "connector", s.KVTransfer.Connector, "role", s.KVTransfer.Role,
+				"side_channel", net.JoinHostPort(s.SideChannelHost, strconv.Itoa(opt.KVTransfer.Port)), "engine_id", srv.EngineID(),
+				"transport", s.KVTransport.Name, "timeout", s.KVTransferTimeout)
+		}
 		addr := net.JoinHostPort(s.Host, strconv.Itoa(s.Port+i))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -143,6 +176,14 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 	}
 	wg.Wait()
 	return err
+}
+
+// engineIDFor gives engine i of n a configured engine id, distinct per engine; "" stays random.
+func engineIDFor(id string, i, n int) string {
+	if id == "" || n == 1 {
+		return id
+	}
+	return id + "-" + strconv.Itoa(i)
 }
 
 // restartEvery is the --fault-restart-every fault.
