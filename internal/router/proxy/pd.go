@@ -309,22 +309,20 @@ func (s *Server) splitRouting(t *table, eps []policy.Endpoint, plan disagg.Plan,
 // prefillBody is the prefill leg's body: the client's, answered whole with one token, asking
 // the engine to keep the KV blocks for a remote decode.
 func prefillBody(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
-	}
-	m["stream"] = json.RawMessage("false")
-	m["max_tokens"] = json.RawMessage("1")
-	if _, ok := m["max_completion_tokens"]; ok {
-		m["max_completion_tokens"] = json.RawMessage("1")
-	}
-	delete(m, "stream_options")
-	// A floor on the output above the one token asked for would have the engine refuse the
-	// leg (vLLM: min_tokens must not exceed max_tokens), and the client a valid request.
-	delete(m, "min_tokens")
-	m["kv_transfer_params"] = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,` +
-		`"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
-	return json.Marshal(m)
+	return rewriteBody(body, func(m map[string]json.RawMessage) error {
+		m["stream"] = json.RawMessage("false")
+		m["max_tokens"] = json.RawMessage("1")
+		if _, ok := m["max_completion_tokens"]; ok {
+			m["max_completion_tokens"] = json.RawMessage("1")
+		}
+		delete(m, "stream_options")
+		// A floor on the output above the one token asked for would have the engine refuse the
+		// leg (vLLM: min_tokens must not exceed max_tokens), and the client a valid request.
+		delete(m, "min_tokens")
+		m[kvTransferParams] = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,` +
+			`"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+		return nil
+	})
 }
 
 // kvTransferParams is the request member that drives an engine's KV connector.
@@ -335,22 +333,18 @@ const kvTransferParams = "kv_transfer_params"
 // remote decode that never comes (vLLM frees them after its transfer timeout, minutes later),
 // or pull blocks from any host it names.
 func withoutTransferParams(body []byte) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
-	}
-	delete(m, kvTransferParams)
-	return json.Marshal(m)
+	return rewriteBody(body, func(m map[string]json.RawMessage) error {
+		delete(m, kvTransferParams)
+		return nil
+	})
 }
 
 // decodeBody is the decode leg's body: the client's, carrying the prefill's kv_transfer_params.
 func decodeBody(body []byte, params json.RawMessage) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
-	}
-	m["kv_transfer_params"] = params
-	return json.Marshal(m)
+	return rewriteBody(body, func(m map[string]json.RawMessage) error {
+		m[kvTransferParams] = params
+		return nil
+	})
 }
 
 // transferParams reads the kv_transfer_params of a prefill leg's answer. An answer without

@@ -210,27 +210,35 @@ func parseInference(fields map[string][]byte) (inference, error) {
 	return req, nil
 }
 
-// injectReportMode sets vllm_xargs.kv_cache_report_mode = "full", keeping any other xargs.
-func injectReportMode(body []byte) ([]byte, error) {
+// rewriteBody applies edit to the members of a request body and encodes the result: the one
+// place the router changes what a client sent (report mode, the disaggregation legs).
+func rewriteBody(body []byte, edit func(m map[string]json.RawMessage) error) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
 	}
-	xargs := map[string]json.RawMessage{}
-	if raw, ok := m["vllm_xargs"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &xargs); err != nil {
-			return nil, fmt.Errorf("vllm_xargs must be an object")
-		}
-	}
-	if _, set := xargs["kv_cache_report_mode"]; !set {
-		xargs["kv_cache_report_mode"] = json.RawMessage(`"full"`)
-	}
-	raw, err := json.Marshal(xargs)
-	if err != nil {
+	if err := edit(m); err != nil {
 		return nil, err
 	}
-	m["vllm_xargs"] = raw
 	return json.Marshal(m)
+}
+
+// injectReportMode sets vllm_xargs.kv_cache_report_mode = "full", keeping any other xargs.
+func injectReportMode(body []byte) ([]byte, error) {
+	return rewriteBody(body, func(m map[string]json.RawMessage) error {
+		xargs := map[string]json.RawMessage{}
+		if raw, ok := m["vllm_xargs"]; ok && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &xargs); err != nil {
+				return fmt.Errorf("vllm_xargs must be an object")
+			}
+		}
+		if _, set := xargs["kv_cache_report_mode"]; !set {
+			xargs["kv_cache_report_mode"] = json.RawMessage(`"full"`)
+		}
+		raw, err := json.Marshal(xargs)
+		m["vllm_xargs"] = raw
+		return err
+	})
 }
 
 // decodeSmall decodes a small field's value into dst as encoding/json would. The values every
