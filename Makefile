@@ -140,6 +140,10 @@ bench-pd: ## Simulate the disaggregated (P/D) workloads bench/workloads/pd-*.yam
 	$(GO) build -o $(BIN)/ ./cmd/kvbench
 	$(BIN)/kvbench simulate --policies $(PD_POLICIES) --out $(BENCH_OUT) $(wildcard bench/workloads/pd-*.yaml)
 
+.PHONY: bench-matrix
+bench-matrix: ## Every workload x every rate through kvrouter, round-robin and every peer variant, SEEDS=5 seeds (out/matrix/, about an hour), then the verdict against each peer's best variant (docs/kvbench.md).
+	hack/bench-matrix.sh
+
 # ARGS for bench-compare: -quick (seconds; what CI runs), -rounds N, -block-sizes 16,64, -workloads shared,disjoint,hot.
 ARGS ?=
 

@@ -18,7 +18,8 @@ limitations under the License.
 // policy over simulated engines in virtual time; `kvbench live` drives a running router or engine
 // over HTTP; `kvbench gateway` stands in for an Inference Gateway in front of a router in EPP mode,
 // so that `kvbench live` can drive that too; `kvbench overhead` measures the router's added
-// latency and CPU against a plain reverse proxy. See docs/kvbench.md.
+// latency and CPU against a plain reverse proxy; `kvbench verdict` judges a matrix run against the
+// best variant of each peer. See docs/kvbench.md.
 package main
 
 import (
@@ -50,7 +51,9 @@ func main() {
 	case "markdown":
 		err = runMarkdown(os.Args[2:])
 	case "policies":
-		err = listPolicies()
+		err = runPolicies(os.Args[2:], os.Stdout)
+	case "verdict":
+		err = runVerdict(os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -77,7 +80,10 @@ func usage() {
   kvbench plainproxy --listen ADDR --upstreams URL,URL   (httputil.ReverseProxy round-robin: overhead's baseline)
   kvbench compare --out DIR REPORT.json REPORT.json...   (merge live reports into one comparison)
   kvbench markdown [--sweep a,b] REPORT.json...           (Markdown tables for docs/benchmarks.md)
-  kvbench policies                                       (list the policies)
+  kvbench policies [--families] [--set matrix|pd-matrix|peers]
+                                                         (list the policies, their peer families, the matrix's sets)
+  kvbench verdict [--before DIR] [--json] DIR|REPORT.json...
+                                                         (kvrouter against each peer's best variant, per workload and rate)
 Run "kvbench <command> -h" for the flags of a command.
 `)
 }

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,14 @@ func runSimulate(args []string, log *slog.Logger) error {
 	out := fs.String("out", "out/bench", "output directory (one subdirectory per workload)")
 	lag := fs.Float64("event-lag", 0.005, "KV event delay from engine to router index, seconds")
 	quiet := fs.Bool("quiet", false, "do not print tables")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file (to find where simulation time goes)")
+	var h harness
+	fs.BoolVar(&h.EOS, "eos", true, "draw each request's true output length independently of its max_tokens (the cap); off: every request runs to max_tokens")
+	fs.Float64Var(&h.StepNoise, "step-noise", simulate.DefaultStepNoise, "coefficient of variation of each engine step's duration (0: deterministic steps)")
+	fs.Float64Var(&h.EventJitter, "event-jitter", simulate.DefaultEventJitter, "mean extra delay of a KV event batch on top of --event-lag, seconds (exponential)")
+	fs.Float64Var(&h.EventLoss, "event-loss", simulate.DefaultEventLoss, "probability that a KV event batch is lost (detected at the next batch, repaired by replay)")
+	fs.Float64Var(&h.ReplayDelay, "replay-delay", simulate.DefaultReplayDelay, "time from detecting a lost event batch to its replay being applied, seconds")
+	flattering := fs.Bool("flattering", false, "the old harness: turn off --eos, --step-noise, --event-jitter and --event-loss (those given explicitly still apply)")
 	var tune policy.Config
 	fs.Float64Var(&tune.SaturationFactor, "kvrouter-saturation-factor", 0, "override kvrouter's SaturationFactor (0: default)")
 	fs.IntVar(&tune.DecodeSlack, "kvrouter-decode-slack", 0, "override kvrouter's DecodeSlack (0: default)")
@@ -59,6 +68,21 @@ func runSimulate(args []string, log *slog.Logger) error {
 	fs.Float64Var(&tune.TieTolerance, "kvrouter-tie-tolerance", 0, "override kvrouter's TieTolerance (0: default)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	h.flatter(fs, *flattering)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if h.StepNoise < 0 || h.EventJitter < 0 || h.ReplayDelay < 0 || h.EventLoss < 0 || h.EventLoss >= 1 {
+		return errors.New("simulate: --step-noise, --event-jitter and --replay-delay must not be negative, --event-loss must be within [0, 1)")
 	}
 	files := append(splitList(*wl), fs.Args()...)
 	if len(files) == 0 {
@@ -100,6 +124,9 @@ func runSimulate(args []string, log *slog.Logger) error {
 		if d := spec.Fleet.Disaggregation; d != nil {
 			rep.Fleet += fmt.Sprintf("; P/D policies split it %d prefill + %d decode over %s, the others run it aggregated", d.Prefill, d.Decode, d.Transport)
 		}
+		for _, f := range factories {
+			rep.SetFamily(f.Name, f.FamilyName())
+		}
 		if *seeds < 1 {
 			return errors.New("simulate: --seeds must be at least 1")
 		}
@@ -117,18 +144,23 @@ func runSimulate(args []string, log *slog.Logger) error {
 				// ranking of close policies is partly luck.
 				sp := *spec
 				sp.Seed = spec.Seed + uint64(i)
-				reqs, err := workload.Generate(&sp, rate, workload.Options{TracesDir: tracesDir(fs, *traces, path), MaxPromptTokens: maxPrompt})
+				reqs, err := workload.Generate(&sp, rate, workload.Options{TracesDir: tracesDir(fs, *traces, path), MaxPromptTokens: maxPrompt, EOS: h.EOS})
 				if err != nil {
 					return err
 				}
 				for j, f := range factories {
-					res, err := simulate.Run(simulate.Config{Spec: &sp, Rate: rate, Requests: reqs, Policy: f, Seed: sp.Seed, EventLag: *lag})
+					res, err := simulate.Run(simulate.Config{Spec: &sp, Rate: rate, Requests: reqs, Policy: f, Seed: sp.Seed, EventLag: *lag,
+						StepNoise: h.StepNoise, EventJitter: h.EventJitter, EventLoss: h.EventLoss, ReplayDelay: h.ReplayDelay})
 					if err != nil {
 						return fmt.Errorf("%s/%s@%g: %w", spec.Name, f.Name, rate, err)
 					}
 					log.Info("run done", "workload", spec.Name, "policy", f.Name, "rate", rate, "seed", sp.Seed, "requests", res.Requests,
 						"out_tok_s", int(res.OutputThroughput), "hit", fmt.Sprintf("%.3f", res.HitRate), "wall_s", fmt.Sprintf("%.1f", res.Extra["sim_wall_s"]))
+					h.record(res.Extra)
 					runs[j] = append(runs[j], res)
+					if *seeds > 1 {
+						rep.Runs = append(rep.Runs, report.SeedRun{Seed: sp.Seed, Result: res})
+					}
 				}
 			}
 			for j := range factories {
@@ -146,6 +178,9 @@ func runSimulate(args []string, log *slog.Logger) error {
 			fmt.Println()
 		}
 		if err := report.WriteFiles(filepath.Join(*out, spec.Name), rep); err != nil {
+			return err
+		}
+		if err := h.write(filepath.Join(*out, spec.Name), *lag); err != nil {
 			return err
 		}
 	}

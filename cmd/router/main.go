@@ -103,6 +103,11 @@ type options struct {
 	admissionBatchFraction                    float64
 	admissionTailHeadroom                     float64
 
+	// The router queue (proxy: queue.go).
+	queueCapacity  int
+	queueMaxWait   time.Duration
+	queueHoldAfter float64
+
 	tokenizer tokenizerOptions
 
 	// Disaggregated prefill/decode (proxy: pd.go), and the sidecar in front of a decode engine.
@@ -155,6 +160,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// p99 within the bound at the same throughput (docs/reliability.md, Overload).
 	fs.Float64Var(&o.admissionTailHeadroom, "admission-tail-headroom", 0.7, "hold predicted TTFTs to this fraction of --admission-ttft-bound, so that the slowest admitted requests (p99), not the typical one, stay within it")
 	fs.Float64Var(&o.admissionBatchFraction, "admission-batch-fraction", admission.DefaultBatchFraction, "requests with "+proxy.PriorityHeader+": batch are admitted only within this fraction of every bound, so they are shed first")
+	// Off by default: in kvbench the queue cost more TTFT on cache-heavy workloads than it saved
+	// under overload (docs/router.md#router-queue). When on, 1024 bounds the requests (and
+	// their bodies) held at once, not their latency, which --queue-max-wait bounds.
+	fs.IntVar(&o.queueCapacity, "queue-capacity", 0, "turn the router queue on: most requests that wait in the router at once for an engine expected to start them soon, rather than in an engine's queue; beyond it a request is shed with a 429 (0: no router queue; 1024 suits a replica completing up to ~340 requests a second)")
+	// 3 s: within the admission TTFT budget (10 s × 0.7), with as much again left for the
+	// engine; the router caps it at half that budget whatever the flag says.
+	fs.DurationVar(&o.queueMaxWait, "queue-max-wait", proxy.DefaultQueueMaxWait, "longest a request waits in the router queue before it is shed with a 429 (at most half of --admission-ttft-bound × --admission-tail-headroom); one expected to wait longer at the engines' completion rate is shed at once")
+	fs.Float64Var(&o.queueHoldAfter, "queue-hold-after", policy.DefaultHoldAfter, "hold a request in the router queue while every ready engine has more than this many seconds of prefill queued ahead of it (0: never hold)")
 	fs.Float64Var(&o.saturationFactor, "saturation-factor", 1.5, "prefix holder is saturated above this multiple of the best predicted TTFT")
 	fs.Float64Var(&o.targetTTFT, "target-ttft", 0, "optional TTFT target in seconds: a holder predicted above it is released to any faster endpoint")
 	fs.DurationVar(&o.scrapeInterval, "scrape-interval", time.Second, "interval of engine /metrics scrapes")
@@ -238,6 +251,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if !(o.admissionBatchFraction > 0 && o.admissionBatchFraction <= 1) {
 		return nil, fmt.Errorf("--admission-batch-fraction %v: want more than 0 and at most 1", o.admissionBatchFraction)
+	}
+	if o.queueCapacity < 0 || o.queueMaxWait <= 0 || !(o.queueHoldAfter >= 0) {
+		return nil, errors.New("--queue-capacity and --queue-hold-after must not be negative; --queue-max-wait must be positive")
 	}
 	if o.kvMaxFrameBytes <= 0 || o.kvMaxFrameBytes > 1<<40 {
 		return nil, fmt.Errorf("--kv-events-max-frame-bytes %d: must be within 1 and 2^40", o.kvMaxFrameBytes)
@@ -425,6 +441,7 @@ func run(ctx context.Context, o *options) error {
 		cfg.OutlierConsecutiveFailures = -1
 	}
 	cfg.DisableAdmission, cfg.Admission = !o.admission, admissionConfig(o)
+	applyQueueFlags(&cfg, o)
 	var srvIndex proxy.Index
 	var srvStreams proxy.StreamStatus
 	if index != nil {
@@ -619,6 +636,16 @@ func admissionConfig(o *options) admission.Config {
 		c.TTFTBound = -1
 	}
 	return c
+}
+
+// applyQueueFlags sets the router queue's bounds and the policy's gate from the flags, whose 0
+// means "never hold" where policy.Config's means its default.
+func applyQueueFlags(cfg *proxy.Config, o *options) {
+	cfg.QueueCapacity, cfg.QueueMaxWait = o.queueCapacity, o.queueMaxWait
+	cfg.Policy.HoldAfter = o.queueHoldAfter
+	if o.queueHoldAfter == 0 {
+		cfg.Policy.HoldAfter = -1
+	}
 }
 
 // shutdown lets in-flight requests finish within grace: the HTTP listener's (hs, nil in epp mode)

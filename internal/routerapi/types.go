@@ -44,6 +44,8 @@ type Status struct {
 	Index *IndexStats `json:"index,omitempty"`
 	// Admission is the admission control's bounds and what it shed (absent when it is off).
 	Admission *Admission `json:"admission,omitempty"`
+	// RouterQueue is the router queue's bounds and depth (absent when it is off).
+	RouterQueue *RouterQueue `json:"routerQueue,omitempty"`
 	// Tokenizer says where prompts are tokenized: in process or on the engines' /tokenize.
 	Tokenizer *Tokenizer `json:"tokenizer,omitempty"`
 	// Disaggregation is present when the fleet has a prefill pool (engines with role prefill).
@@ -89,7 +91,8 @@ type Admission struct {
 	FleetQueueCap int `json:"fleetQueueCap"`
 	FleetQueued   int `json:"fleetQueued"`
 	// Shed counts the requests answered 429 since the router started, by "reason/priority"
-	// (reason: ttft, queue, fleet-queue; priority: interactive, batch).
+	// (reason: ttft, queue, fleet-queue, and the router queue's router-queue-full and
+	// router-queue-wait; priority: interactive, batch).
 	Shed map[string]uint64 `json:"shed"`
 	// RecentShed is the decaying count of shed requests (30 s time constant) that
 	// /v1/autoscale adds to the waiting requests.
@@ -97,6 +100,18 @@ type Admission struct {
 	// CompletionsPerSecond is the recent rate of requests leaving the engines, which prices
 	// Retry-After for the queue caps.
 	CompletionsPerSecond float64 `json:"completionsPerSecond"`
+}
+
+// RouterQueue is the state of the router queue (docs/router.md#router-queue).
+type RouterQueue struct {
+	// Capacity is the most requests that wait at once; MaxWaitSeconds the longest one waits.
+	Capacity       int     `json:"capacity"`
+	MaxWaitSeconds float64 `json:"maxWaitSeconds"`
+	// Waiting is the requests in the queue now.
+	Waiting int `json:"waiting"`
+	// Shed counts the requests it answered 429 since the router started, by "reason/priority"
+	// (reason: router-queue-full, router-queue-wait).
+	Shed map[string]uint64 `json:"shed"`
 }
 
 // Endpoint is one engine (or one data-parallel rank of one).
@@ -280,9 +295,9 @@ type IndexStats struct {
 // Autoscale is GET /v1/autoscale, read by KEDA's metrics-api trigger.
 type Autoscale struct {
 	// WaitingRequests is the requests queued in the engines (scraped num_requests_waiting,
-	// summed) plus ShedRequests: the demand admission control turned away is demand the fleet
-	// lacks capacity for, and an autoscaler reading the engines' capped queues alone would not
-	// see it. (The router itself does not queue.)
+	// summed) and in the router queue, plus ShedRequests: the demand admission control turned
+	// away is demand the fleet lacks capacity for, and an autoscaler reading the engines' capped
+	// queues alone would not see it.
 	WaitingRequests int `json:"waitingRequests"`
 	// ShedRequests is this replica's decaying count of requests shed with 429 (30 s time
 	// constant: at a steady shed rate r it reads r × 30 s).

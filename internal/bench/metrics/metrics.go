@@ -36,6 +36,9 @@ type Record struct {
 	OutputTokens int
 	Preemptions  int
 	Failed       bool
+	// Shed: failed because the router's queue bound turned it away (a fast 429), not because an
+	// engine failed it or the run ended first.
+	Shed bool
 }
 
 // Done reports whether the request completed.
@@ -64,9 +67,11 @@ type Result struct {
 	Source string  `json:"source,omitempty"`
 	Rate   float64 `json:"rate"`
 
-	Requests  int     `json:"requests"`
-	Completed int     `json:"completed"`
-	Failed    int     `json:"failed"`
+	Requests  int `json:"requests"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// Shed is the failed requests the router turned away by its queue bound.
+	Shed      int     `json:"shed,omitempty"`
 	DurationS float64 `json:"duration_s"`
 
 	OutputThroughput float64 `json:"output_throughput_tok_s"`
@@ -79,8 +84,11 @@ type Result struct {
 	TTFTP90 float64 `json:"ttft_p90_s"`
 	TTFTP99 float64 `json:"ttft_p99_s"`
 	ITLP50  float64 `json:"itl_p50_s"`
-	E2EP50  float64 `json:"e2e_p50_s"`
-	E2EP99  float64 `json:"e2e_p99_s"`
+	// ITLP90 is the 90th percentile of every inter-token gap: decode stalls (a long prefill
+	// sharing the steps of running decodes) show in the tail.
+	ITLP90 float64 `json:"itl_p90_s"`
+	E2EP50 float64 `json:"e2e_p50_s"`
+	E2EP99 float64 `json:"e2e_p99_s"`
 
 	HitRate      float64 `json:"hit_rate"`
 	Preemptions  int     `json:"preemptions"`
@@ -126,6 +134,9 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 		res.Preemptions += r.Preemptions
 		if !r.Done() {
 			res.Failed++
+			if r.Shed {
+				res.Shed++
+			}
 			continue
 		}
 		res.Completed++
@@ -156,7 +167,7 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 	}
 	res.TTFTP50, res.TTFTP90, res.TTFTP99 = Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)
 	res.E2EP50, res.E2EP99 = Percentile(e2e, 50), Percentile(e2e, 99)
-	res.ITLP50 = Percentile(itl, 50)
+	res.ITLP50, res.ITLP90 = Percentile(itl, 50), Percentile(itl, 90)
 	if prompt > 0 {
 		res.HitRate = float64(cached) / float64(prompt)
 	}
@@ -240,7 +251,7 @@ func Mean(runs []Result) Result {
 	n := float64(len(runs))
 	out := Result{Policy: runs[0].Policy, Source: runs[0].Source, Rate: runs[0].Rate,
 		PerEndpoint: map[string]int{}, Extra: map[string]float64{}}
-	var req, done, failed, pre float64
+	var req, done, failed, pre, shed float64
 	lo, hi := math.Inf(1), math.Inf(-1)
 	var share, fair float64
 	shares := 0
@@ -260,6 +271,8 @@ func Mean(runs []Result) Result {
 		out.TTFTP90 += r.TTFTP90 / n
 		out.TTFTP99 += r.TTFTP99 / n
 		out.ITLP50 += r.ITLP50 / n
+		out.ITLP90 += r.ITLP90 / n
+		shed += float64(r.Shed)
 		out.E2EP50 += r.E2EP50 / n
 		out.E2EP99 += r.E2EP99 / n
 		out.HitRate += r.HitRate / n
@@ -279,6 +292,7 @@ func Mean(runs []Result) Result {
 	}
 	out.Requests, out.Completed, out.Failed = int(math.Round(req/n)), int(math.Round(done/n)), int(math.Round(failed/n))
 	out.Preemptions = int(math.Round(pre / n))
+	out.Shed = int(math.Round(shed / n))
 	if shares > 0 {
 		s, f := share/float64(shares), fair/float64(shares)
 		out.ScaledUpShare, out.ScaledUpFairShare = &s, &f

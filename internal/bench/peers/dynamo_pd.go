@@ -16,11 +16,7 @@ limitations under the License.
 
 package peers
 
-import (
-	"math"
-
-	"github.com/kvrouter/kvrouter/internal/router/kvindex"
-)
+import "github.com/kvrouter/kvrouter/internal/router/kvindex"
 
 // dynamo-pd is Dynamo's disaggregated serving as its frontend's PrefillRouter drives it
 // (ai-dynamo/dynamo lib/llm/src/kv_router/prefill_router.rs at commit
@@ -47,11 +43,14 @@ func newDynamoPD(e Env) Policy {
 	return p
 }
 
-// dynamoDecode is the KV router's cost with overlap weight 0 and no assumed KV reuse:
+// dynamoDecode is the KV router's cost with overlap weight 0, no assumed KV reuse and no
+// prefill-token tracking (the decode override also sets track_prefill_tokens false: a decode
+// worker runs no prefill of its own, so its queue of prefill tokens says nothing):
 //
-//	cost(w) = (active_prefill_tokens(w) + L)/B + active_blocks(w) + ceil(L/B)
+//	cost(w) = L/B + active_blocks(w) + floor(L/B)
 //
-// Its bookkeeping (prefill tokens until the first token, active blocks until the end) is the
+// where L/B is the same on every worker and so decides nothing.
+// Its bookkeeping (prefill tokens until the first token, active full blocks until the end) is the
 // dynamo policy's, fed with per-request block keys so that no two requests share a block, which
 // is what the random hashes of assume_kv_reuse false amount to.
 type dynamoDecode struct {
@@ -68,17 +67,13 @@ func (p *dynamoDecode) Pick(r *Request, eps []Endpoint) int {
 	for b := range keys {
 		keys[b] = kvindex.Key(uint64(r.ID)<<dynamoDecodeKeyShift | uint64(b))
 	}
-	part := 0
-	if L%p.block != 0 {
-		part = 1
-	}
 	unc := map[string]int{}
 	cost := make([]float64, len(eps))
 	for i, e := range eps {
-		active := float64(len(p.blocks[e.Name]) + p.partial[e.Name])
-		cost[i] = -(float64(p.prefill[e.Name]+L)/float64(p.block) + active + math.Ceil(float64(L)/float64(p.block)))
-		unc[e.Name] = L
+		active := float64(len(p.blocks[e.Name]))
+		cost[i] = -(float64(L)/float64(p.block) + active + float64(full))
+		unc[e.Name] = 0 // nothing charged as prefill load
 	}
-	p.pending[r.ID] = dynReq{keys: keys, partial: part, uncached: unc}
+	p.pending[r.ID] = dynReq{keys: keys, uncached: unc}
 	return argmaxRandom(cost, p.rng)
 }

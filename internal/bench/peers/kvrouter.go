@@ -21,6 +21,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
 	"github.com/kvrouter/kvrouter/internal/router/policyinput"
+	"github.com/kvrouter/kvrouter/internal/router/queue"
 )
 
 // kvrouter drives the shipping router's code, not a copy: internal/router/policy decides, internal/
@@ -44,7 +45,20 @@ type kvrouter struct {
 	// scratch for FillLoRA.
 	loraAt float64
 	lora   []policy.LoRAState
+	// q is the router queue (internal/router/queue), as the proxy runs it: a request waits
+	// there while policy.ShouldHold says no engine will start it soon, and behind any request
+	// already waiting (FIFO). nil unless Options.KVRouter.HoldAfter is set: like the router,
+	// whose queue is off until --queue-capacity is given, kvrouter runs without one by default
+	// (docs/router.md#router-queue says why). shed are requests turned away at arrival because
+	// q was full, handed back by the next Release.
+	q    *queue.Queue[*Request]
+	shed []*Request
 }
+
+// The router queue's bounds in simulation: the proxy's default wait (queue.DefaultMaxWait) and a
+// capacity no simulated run reaches, as a deployment sizes it to its clients, so that the
+// simulated router queues and sheds as the live one does.
+const kvrQueueCapacity = 1 << 16
 
 // routerScrapeInterval is the router's default --scrape-interval: kvrouter sees the engines'
 // adapters (vllm:lora_requests_info) that often, not at the harness's faster scrape.
@@ -69,17 +83,48 @@ func kvrouterFactory(name, kind string, tune policy.Config) Factory {
 		New: func(e Env) Policy {
 			cfg := tune
 			cfg.Kind, cfg.BlockSize = policy.Kind(kind), e.BlockSize
-			return &kvrouter{
+			p := &kvrouter{
 				pol: policy.New(cfg),
 				ix:  e.Events, load: loadsignal.NewTracker(), block: e.BlockSize,
 				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{}, now: e.Now,
 			}
+			if tune.HoldAfter > 0 {
+				p.q = queue.New[*Request](queue.Config{Capacity: kvrQueueCapacity, MaxWait: queue.DefaultMaxWait})
+			}
+			return p
 		},
 	}
 }
 
+// kvrouterQueueFactory is kvrouter as the router runs with --queue-capacity set: the router
+// queue on, holding requests past DefaultHoldAfter (unless tune sets another HoldAfter).
+func kvrouterQueueFactory(tune policy.Config) Factory {
+	if tune.HoldAfter <= 0 {
+		tune.HoldAfter = policy.DefaultHoldAfter
+	}
+	f := kvrouterFactory("kvrouter-queue", "Auto", tune)
+	f.Source += " + router queue (--queue-capacity)"
+	return f
+}
+
 func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
-	p.last = p.pick(r, p.view(r, eps))
+	view := p.view(r, eps)
+	if p.q != nil && len(eps) > 0 && (p.q.Len() > 0 || p.pol.ShouldHold(view)) {
+		// Behind the requests already waiting, or no engine will start it soon: it waits in
+		// the router (as the proxy's router queue), or is shed when the queue is full.
+		if !p.q.Push(r, p.now()) {
+			p.shed = append(p.shed, r)
+		}
+		p.reasons["router_queue_held"]++
+		p.reasons["router_queue_max"] = max(p.reasons["router_queue_max"], float64(p.q.Len()))
+		return Hold
+	}
+	return p.route(r, view, eps)
+}
+
+// route picks among view (eps as the policy sees them) and returns the index in eps.
+func (p *kvrouter) route(r *Request, view []policy.Endpoint, eps []Endpoint) int {
+	p.last = p.pick(r, view)
 	for i, e := range eps {
 		if e.Name == p.last.Endpoint {
 			return i
@@ -87,6 +132,59 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	}
 	return 0 // no decision (cannot happen with ready endpoints and no admission limit)
 }
+
+// Release implements Queuer: first the requests refused at arrival or past the queue's
+// MaxWait (shed, ep -1), then the oldest waiting request once ShouldHold no longer holds, to
+// the engine the policy picks for it now (its cache affinity judged on the load of this
+// moment). This is what the proxy's router queue does (internal/router/proxy/queue.go: kick);
+// waiting further for the picked engine itself to be able to start it (policy.CanStart) did
+// better on shared-prefix in session runs, but the proxy does not do it, and the simulation must
+// not credit kvrouter with what it does not ship.
+func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
+	if n := len(p.shed); n > 0 {
+		r := p.shed[0]
+		p.shed = p.shed[1:]
+		p.reasons["router_queue_shed"]++
+		return r, -1, true
+	}
+	if p.q == nil || p.q.Len() == 0 || len(eps) == 0 {
+		return nil, 0, false
+	}
+	if exp := p.q.Expire(p.now()); len(exp) > 0 {
+		p.shed = append(p.shed, exp...)
+		return p.Release(eps)
+	}
+	r, _, _ := p.q.Head()
+	view := p.view(r, eps)
+	if p.pol.ShouldHold(view) {
+		return nil, 0, false
+	}
+	d := p.pol.Evaluate(p.request(r), view)
+	j := -1
+	for i := range view {
+		if view[i].Name == d.Endpoint {
+			j = i
+		}
+	}
+	if j < 0 {
+		return nil, 0, false
+	}
+	p.pol.Commit(d)
+	p.countReason(d)
+	p.last = d
+	p.q.Pop()
+	return r, j, true
+}
+
+// Queued implements Queuer.
+func (p *kvrouter) Queued() int {
+	if p.q == nil {
+		return len(p.shed)
+	}
+	return p.q.Len() + len(p.shed)
+}
+
+var _ Queuer = (*kvrouter)(nil)
 
 // view builds the policy's view of eps for r (load from the tracker, what the index says each
 // holds of the prompt), in eps' order. It is reused until the next call.
@@ -218,6 +316,8 @@ func (p *kvrouter) Finished(r *Request, ep string) {
 			itl := (p.now() - d.firstAt) / float64(r.Output-1)
 			p.pol.ObserveITL(ep, float64(d.firstStreams+p.streams(ep))/2, itl)
 		}
+		// As the router: the output length against the cap it was sent with.
+		p.pol.ObserveOutput(r.MaxTokens, r.Output)
 		d.ticket.Done()
 		p.settle(d, ep)
 		delete(p.pending, r.ID)

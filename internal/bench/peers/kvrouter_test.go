@@ -16,7 +16,12 @@ limitations under the License.
 
 package peers
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/router/policy"
+	"github.com/kvrouter/kvrouter/internal/router/queue"
+)
 
 func newKVRouter(t *testing.T) *kvrouter {
 	t.Helper()
@@ -62,5 +67,127 @@ func TestKVRouterSkipsColdAdapterTTFT(t *testing.T) {
 	send(3, "")
 	if n := observations(); n != 2 {
 		t.Fatalf("warm adapter and base-model TTFTs: %d observations, want 2", n)
+	}
+}
+
+func newKVRouterQueue(t *testing.T) *kvrouter {
+	t.Helper()
+	f, err := SelectWith([]string{"kvrouter"}, Options{KVRouter: policy.Config{HoldAfter: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f[0].New(env()).(*kvrouter)
+	if p.q == nil {
+		t.Fatal("HoldAfter set but no router queue")
+	}
+	return p
+}
+
+// With the router queue on, a request that no engine can start soon waits in the router (Hold),
+// later arrivals wait behind it, and Release hands them out oldest first once an engine frees,
+// routed then; the default kvrouter has no queue, as the router without --queue-capacity.
+func TestKVRouterQueueHoldsAndReleasesFIFO(t *testing.T) {
+	if p := newKVRouter(t); p.q != nil {
+		t.Fatal("default kvrouter runs a router queue")
+	}
+	p := newKVRouterQueue(t)
+	e := eps(2)
+	// Both engines busy: 200K prefill tokens each (many seconds at the prior slope).
+	var busy []*Request
+	for i, ep := range e {
+		r := &Request{ID: 100 + i, Tokens: toks(uint32(100+i), 200000), MaxTokens: 10}
+		p.last = p.pol.Pick(p.request(r), p.view(r, e))
+		p.Dispatched(r, ep.Name)
+		busy = append(busy, r)
+	}
+	a := &Request{ID: 1, Tokens: toks(1, 64), MaxTokens: 10}
+	b := &Request{ID: 2, Tokens: toks(2, 64), MaxTokens: 10}
+	if got := p.Pick(a, e); got != Hold {
+		t.Fatalf("backlogged fleet: Pick %d, want Hold", got)
+	}
+	if got := p.Pick(b, e); got != Hold {
+		t.Fatalf("second arrival: Pick %d, want Hold", got)
+	}
+	if p.Queued() != 2 {
+		t.Fatalf("queued %d, want 2", p.Queued())
+	}
+	if _, _, ok := p.Release(e); ok {
+		t.Fatal("released while every engine is backlogged")
+	}
+	// Engine b's prefill finishes: the head goes, then the next.
+	p.FirstToken(busy[1], e[1].Name, 1)
+	r, j, ok := p.Release(e)
+	if !ok || r != a || j != 1 {
+		t.Fatalf("release: %v %d %v, want request 1 to engine 1", r, j, ok)
+	}
+	p.Dispatched(r, e[j].Name)
+	r, _, ok = p.Release(e)
+	if !ok || r != b {
+		t.Fatalf("second release: %v %v, want request 2", r, ok)
+	}
+	if p.Queued() != 0 {
+		t.Fatalf("queued %d after releasing both", p.Queued())
+	}
+}
+
+// A request that waited past the queue's MaxWait is shed (ep -1), as the router answers 429.
+func TestKVRouterQueueShedsAfterMaxWait(t *testing.T) {
+	now := 0.0
+	f, err := SelectWith([]string{"kvrouter"}, Options{KVRouter: policy.Config{HoldAfter: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	en := env()
+	en.Now = func() float64 { return now }
+	p := f[0].New(en).(*kvrouter)
+	e := eps(1)
+	r0 := &Request{ID: 100, Tokens: toks(100, 200000), MaxTokens: 10}
+	route(p, r0, e)
+	r := &Request{ID: 1, Tokens: toks(1, 64), MaxTokens: 10}
+	if p.Pick(r, e) != Hold {
+		t.Fatal("not held")
+	}
+	now = queue.DefaultMaxWait + 0.1
+	got, j, ok := p.Release(e)
+	if !ok || got != r || j >= 0 {
+		t.Fatalf("after MaxWait: %v %d %v, want request 1 shed", got, j, ok)
+	}
+	if p.Queued() != 0 {
+		t.Fatalf("queued %d after shedding", p.Queued())
+	}
+}
+
+// Once the gate opens, the head of the queue goes where the policy picks it at that moment (as
+// the proxy's router queue releases it), not to the engine whose load change opened the gate.
+func TestKVRouterQueueReleasesWherePolicyPicksNow(t *testing.T) {
+	p := newKVRouterQueue(t)
+	e := eps(2)
+	doc := toks(7, 30000)
+	store(p.ix, e[0].Name, doc)
+	// e0 holds the document and has 0.8 s of prefill queued; e1 is far behind.
+	b0 := &Request{ID: 100, Tokens: toks(100, 8000), MaxTokens: 10}
+	b1 := &Request{ID: 101, Tokens: toks(101, 200000), MaxTokens: 10}
+	for i, r := range []*Request{b0, b1} {
+		p.last = p.pol.Pick(p.request(r), p.view(r, e))
+		if p.last.Endpoint != e[i].Name {
+			p.last.Endpoint = e[i].Name
+		}
+		p.Dispatched(r, e[i].Name)
+	}
+	q := &Request{ID: 1, Tokens: append(append([]uint32{}, doc...), toks(8, 100)...), MaxTokens: 10}
+	if p.Pick(q, e) != Hold {
+		t.Fatal("not held")
+	}
+	if _, _, ok := p.Release(e); ok {
+		t.Fatal("released while every engine is behind")
+	}
+	p.FirstToken(b1, e[1].Name, 1) // e1 frees: the gate opens
+	want := p.pol.Evaluate(p.request(q), p.view(q, e)).Endpoint
+	r, j, ok := p.Release(e)
+	if !ok || r != q || j < 0 || e[j].Name != want {
+		t.Fatalf("gate open: %v %d %v, want request 1 to %s", r, j, ok, want)
+	}
+	if p.Queued() != 0 {
+		t.Fatalf("queued %d after the release", p.Queued())
 	}
 }

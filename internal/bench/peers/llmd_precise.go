@@ -27,28 +27,74 @@ import (
 // matchBlocks/totalBlocks over the request's full blocks), with the weights of llm-d-router's
 // shipped precise config (deploy/config/epp-precise-prefix-cache-config.yaml): prefix 2, KV
 // utilisation 1, queue 1.
-// Speculative indexing is off (its default), so a burst of siblings sees nothing until the
-// engine's events arrive.
+//
+// Options (llmdPreciseOptions): speculative indexing, default off, so that by default a burst of
+// siblings sees nothing until the engine's events arrive; and the indexer's own block size, which
+// need not be the engine's because the EPP recomputes block keys from the token ids (16 by
+// default, 64 in the shipped config).
 type llmdPrecise struct {
-	nop
 	rng   *rand.Rand
 	ix    *kvindex.Index
-	block int
+	now   func() float64
+	block int // the engine's
+	// idxBlock is the indexer's block in tokens: a match of m engine blocks is
+	// floor(m·block/idxBlock) indexer blocks, out of floor(L/idxBlock).
+	idxBlock int
+	spec     *ttlIndex // nil: speculative indexing off
+	last     map[int][]kvindex.Key
 }
 
-func newLLMDPrecise(e Env) Policy { return &llmdPrecise{rng: e.Rand, ix: e.Events, block: e.BlockSize} }
+// llmdPreciseOptions are the documented options of the precise producer (§1.3).
+type llmdPreciseOptions struct {
+	specTTL  float64 // speculative indexing TTL in seconds (0: off; llm-d's default TTL is 2 s)
+	idxBlock int     // indexer blockSizeTokens (0: the engine's block size)
+}
+
+func newLLMDPrecise(e Env) Policy { return newLLMDPreciseWith(e, llmdPreciseOptions{}) }
+
+func newLLMDPreciseWith(e Env, o llmdPreciseOptions) *llmdPrecise {
+	p := &llmdPrecise{rng: e.Rand, ix: e.Events, now: e.Now, block: e.BlockSize, idxBlock: o.idxBlock, last: map[int][]kvindex.Key{}}
+	if p.idxBlock <= 0 {
+		p.idxBlock = e.BlockSize
+	}
+	if o.specTTL > 0 {
+		p.spec = newTTLIndex(o.specTTL)
+	}
+	return p
+}
 
 func (p *llmdPrecise) Pick(r *Request, eps []Endpoint) int {
-	total := len(r.Tokens) / p.block
+	total := len(r.Tokens) / p.idxBlock
 	m := gpuMatches(p.ix, r.Tokens)
+	if p.spec != nil {
+		// A pod's match runs over blocks it holds or was speculatively given (contiguous).
+		keys := kvindex.RequestKeys(nil, r.Tokens, p.block, kvindex.KeyParams{})
+		p.last[r.ID] = keys
+		now := p.now()
+		for _, e := range eps {
+			m[e.Name] = p.spec.match(e.Name, keys, m[e.Name], now)
+		}
+	}
 	q, kv := queueScores(eps), kvScores(eps)
 	s := make([]float64, len(eps))
 	for i, e := range eps {
 		var ratio float64
 		if total > 0 {
-			ratio = float64(m[e.Name]) / float64(total)
+			ratio = float64(m[e.Name]*p.block/p.idxBlock) / float64(total)
 		}
 		s[i] = 2*ratio + kv[i] + q[i]
 	}
 	return argmaxRandom(s, p.rng)
 }
+
+// Dispatched seeds the speculative entries for the chosen pod (PreRequest, right after the
+// routing decision).
+func (p *llmdPrecise) Dispatched(r *Request, ep string) {
+	if keys, ok := p.last[r.ID]; ok {
+		p.spec.record(ep, keys, p.now())
+		delete(p.last, r.ID)
+	}
+}
+
+func (p *llmdPrecise) FirstToken(*Request, string, float64) {}
+func (p *llmdPrecise) Finished(*Request, string)            {}

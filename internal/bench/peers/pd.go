@@ -52,4 +52,6 @@ type PDPolicy interface {
 
 // PDAll returns every P/D policy, kvrouter's first. A P/D policy on a workload without a prefill
 // pool, or an aggregated policy on one with a pool, runs on the same engines unsplit.
-func PDAll(o Options) []Factory { return append(kvrouterPDFactories(o), peerPDFactories()...) }
+func PDAll(o Options) []Factory {
+	return append(inFamilies(FamilyKVRouter, kvrouterPDFactories(o)), peerPDFactories()...)
+}

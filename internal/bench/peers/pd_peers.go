@@ -20,9 +20,9 @@ package peers
 // configuration its project documents for disaggregated serving.
 func peerPDFactories() []Factory {
 	return []Factory{
-		{Name: "dynamo-pd", Source: "§9.1 PrefillRouter: KV cost over prefill, overlap-free cost over decode", NeedsEvents: true, New: newDynamoPD},
-		{Name: "llmd-pd", Source: "§9.2 pd-disaggregation guide: always split, affinity + token-load / active-request", New: newLLMDPD},
-		{Name: "prodstack-pd", Source: "§9.3 disaggregated_prefill_orchestrated: round-robin both pools", New: newProdstackPD},
+		{Name: "dynamo-pd", Family: FamilyDynamo, Source: "§9.1 PrefillRouter: KV cost over prefill, overlap-free cost over decode", NeedsEvents: true, New: newDynamoPD},
+		{Name: "llmd-pd", Family: FamilyLLMD, Source: "§9.2 pd-disaggregation guide: always split, affinity + token-load / active-request", New: newLLMDPD},
+		{Name: "prodstack-pd", Family: FamilyProductionStack, Source: "§9.3 disaggregated_prefill_orchestrated: round-robin both pools", New: newProdstackPD},
 	}
 }
 

@@ -92,6 +92,23 @@ type Policy interface {
 	Finished(r *Request, ep string)
 }
 
+// Hold is what Pick returns to keep the request in the router's own queue instead of sending
+// it anywhere now (a policy with a router queue: Queuer). Any other negative or out-of-range
+// index sends the request to the first endpoint.
+const Hold = -1
+
+// Queuer is a policy with a router-side queue (Dynamo's router queue, llm-d's flow control,
+// kvrouter's bounded queue). The harness calls Release whenever engine load may have dropped
+// (a step finished a request or produced a first token, a scrape refreshed the gauges) until
+// it returns ok false, and dispatches each released request where it says; the request's time
+// in the queue counts in its TTFT. A released request with ep < 0 is shed: it fails at once,
+// as a router's 429 would (the policy's bound was met).
+type Queuer interface {
+	Release(eps []Endpoint) (req *Request, ep int, ok bool)
+	// Queued is the number of requests held now.
+	Queued() int
+}
+
 // StatsReporter is implemented by policies that count their decisions; the harness adds the
 // counts to the run's extra figures.
 type StatsReporter interface {
@@ -101,11 +118,23 @@ type StatsReporter interface {
 // Factory names a policy and builds a fresh instance for one run.
 type Factory struct {
 	Name string
+	// Family groups the variants of one peer's router (e.g. "dynamo" for dynamo, dynamo-decay,
+	// dynamo-queue, …): reports compare kvrouter with the best variant of each family on each
+	// row. Empty: the policy is its own family (its Name).
+	Family string
 	// Source is the section of docs/peer-policies.md (or the package) the implementation follows.
 	Source string
 	// NeedsEvents is true when the policy reads Env.Events, NeedsExact when it reads Env.Exact.
 	NeedsEvents, NeedsExact bool
 	New                     func(Env) Policy
+}
+
+// FamilyName is the peer family the policy belongs to (its Name when Family is empty).
+func (f Factory) FamilyName() string {
+	if f.Family != "" {
+		return f.Family
+	}
+	return f.Name
 }
 
 // Options tune the policies for one invocation.
@@ -119,29 +148,95 @@ type Options struct {
 // All returns every policy with default options, kvrouter's first.
 func All() []Factory { return AllWith(Options{}) }
 
+// Peer families (Factory.Family): reports compare kvrouter with the best variant of each.
+const (
+	FamilyKVRouter        = "kvrouter"
+	FamilyBaseline        = "baseline"
+	FamilyProductionStack = "production-stack"
+	FamilySGLang          = "sglang"
+	FamilyLLMD            = "llm-d"
+	FamilyDynamo          = "dynamo"
+	FamilyOracle          = "oracle"
+)
+
+// Documented option values the peer variants turn on (docs/peer-policies.md, "Peer variants").
+const (
+	dynamoPredictedTTL = 5.0 // --router-predicted-ttl-secs, the value Dynamo's docs recommend
+	// --router-queue-threshold: its default is version-dependent (off in the docs, 16 in
+	// config.rs, 2 and 4 earlier); the values below won kvbench's quick test of the documented
+	// ones (docs/peer-policies.md, "Peer variants"): 2 alone, 16 with the predicted TTL.
+	dynamoQueueThreshold     = 2.0
+	dynamoBestQueueThreshold = 16.0
+	llmdSpeculativeTTL       = 2.0 // speculative indexing TTL, llm-d's default
+	llmdShippedBlock         = 64  // blockSizeTokens of the shipped precise-prefix config
+)
+
 // AllWith returns every policy, kvrouter's first.
 func AllWith(o Options) []Factory {
-	return []Factory{
-		kvrouterFactory("kvrouter", "Auto", o.KVRouter),
-		kvrouterFactory("kvrouter-prefill", "PrefillBound", o.KVRouter),
-		kvrouterFactory("kvrouter-decode", "DecodeBound", o.KVRouter),
-		kvrouterFactory("kvrouter-prefix-only", "PrefixOnly", o.KVRouter),
-		{Name: "round-robin", Source: "§4 roundrobin", New: newRoundRobin},
-		{Name: "random", Source: "§1.0 random-picker", New: newRandom},
-		{Name: "least-loaded", Source: "§7 router-local in-flight counts", New: newLeastLoaded},
-		{Name: "session-affinity", Source: "§4 session", New: newSession},
-		{Name: "prodstack-prefixaware", Source: "§4 prefixaware", New: newProdstackPrefix},
-		{Name: "sglang-cache-aware", Source: "§3 cache_aware, CLI defaults", New: newSGLang},
-		{Name: "llmd-default", Source: "§1.1 + §1.2 default blend 2/2/3", New: newLLMDDefault},
-		{Name: "llmd-precise", Source: "§1.3 precise prefix, shipped weights 2/1/1", NeedsEvents: true, New: newLLMDPrecise},
-		{Name: "llmd-lora", Source: "§1.5 default blend + lora-affinity 4", New: newLLMDLoRA},
-		{Name: "llmd-token-prefill", Source: "§1.4 affinity filter + token-load", New: newLLMDTokenPrefill},
-		{Name: "llmd-token-decode", Source: "§1.4 active-request scorer", New: newLLMDTokenDecode},
-		{Name: "dynamo", Source: "§2.2 linear cost, credit decay 0", NeedsEvents: true, New: func(e Env) Policy { return newDynamo(e, 0) }},
-		{Name: "dynamo-decay", Source: "§2.4 credit decay 1", NeedsEvents: true, New: func(e Env) Policy { return newDynamo(e, 1) }},
-		{Name: "oracle", Source: "perfect cache and queue knowledge, longest match", NeedsExact: true, New: newOracle},
-		{Name: "oracle-bounded", Source: "oracle + bounded loads (ε = 0.25)", NeedsExact: true, New: newOracleBounded},
+	dyn := func(o dynamoOptions) func(Env) Policy {
+		return func(e Env) Policy { return newDynamoWith(e, o) }
 	}
+	dynQ := func(o dynamoOptions, threshold float64) func(Env) Policy {
+		return func(e Env) Policy { return newDynamoQueued(e, o, threshold) }
+	}
+	precise := func(o llmdPreciseOptions, fc bool) func(Env) Policy {
+		return func(e Env) Policy {
+			p := Policy(newLLMDPreciseWith(e, o))
+			if fc {
+				p = newLLMDFlowControl(p, e)
+			}
+			return p
+		}
+	}
+	spec := llmdPreciseOptions{specTTL: llmdSpeculativeTTL}
+	best := llmdPreciseOptions{specTTL: llmdSpeculativeTTL, idxBlock: llmdShippedBlock}
+	predicted := dynamoOptions{predictedTTL: dynamoPredictedTTL}
+	return []Factory{
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter", "Auto", o.KVRouter)),
+		inFamily(FamilyKVRouter, kvrouterQueueFactory(o.KVRouter)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefill", "PrefillBound", o.KVRouter)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-decode", "DecodeBound", o.KVRouter)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefix-only", "PrefixOnly", o.KVRouter)),
+		{Name: "round-robin", Family: FamilyBaseline, Source: "§4 roundrobin", New: newRoundRobin},
+		{Name: "random", Family: FamilyBaseline, Source: "§1.0 random-picker", New: newRandom},
+		{Name: "least-loaded", Family: FamilyBaseline, Source: "§7 router-local in-flight counts", New: newLeastLoaded},
+		{Name: "session-affinity", Family: FamilyBaseline, Source: "§4 session", New: newSession},
+		{Name: "prodstack-prefixaware", Family: FamilyProductionStack, Source: "§4 prefixaware", New: newProdstackPrefix},
+		{Name: "sglang-cache-aware", Family: FamilySGLang, Source: "§3 cache_aware, CLI defaults", New: newSGLang},
+		{Name: "llmd-default", Family: FamilyLLMD, Source: "§1.1 + §1.2 default blend 2/2/3", New: newLLMDDefault},
+		{Name: "llmd-default-fc", Family: FamilyLLMD, Source: "§1.1 + §1.0 flow control (utilization detector)",
+			New: func(e Env) Policy { return newLLMDFlowControl(newLLMDDefault(e), e) }},
+		{Name: "llmd-precise", Family: FamilyLLMD, Source: "§1.3 precise prefix, shipped weights 2/1/1", NeedsEvents: true, New: newLLMDPrecise},
+		{Name: "llmd-precise-spec", Family: FamilyLLMD, Source: "§1.3 + speculative indexing (TTL 2 s)", NeedsEvents: true, New: precise(spec, false)},
+		{Name: "llmd-precise-fc", Family: FamilyLLMD, Source: "§1.3 + §1.0 flow control (utilization detector)", NeedsEvents: true, New: precise(llmdPreciseOptions{}, true)},
+		{Name: "llmd-precise-best", Family: FamilyLLMD, Source: "§1.3 speculative + flow control + indexer block 64", NeedsEvents: true, New: precise(best, true)},
+		{Name: "llmd-lora", Family: FamilyLLMD, Source: "§1.5 default blend + lora-affinity 4", New: newLLMDLoRA},
+		{Name: "llmd-token-prefill", Family: FamilyLLMD, Source: "§1.4 affinity filter + token-load", New: newLLMDTokenPrefill},
+		{Name: "llmd-token-decode", Family: FamilyLLMD, Source: "§1.4 active-request scorer", New: newLLMDTokenDecode},
+		{Name: "dynamo", Family: FamilyDynamo, Source: "§2.2 linear cost, credit decay 0", NeedsEvents: true, New: dyn(dynamoOptions{})},
+		{Name: "dynamo-decay", Family: FamilyDynamo, Source: "§2.4 credit decay 1", NeedsEvents: true, New: dyn(dynamoOptions{decay: 1})},
+		{Name: "dynamo-predicted", Family: FamilyDynamo, Source: "§2.5 predicted-TTL side index (5 s)", NeedsEvents: true, New: dyn(predicted)},
+		{Name: "dynamo-queue", Family: FamilyDynamo, Source: "§2.5 router queue (threshold 2, FCFS)", NeedsEvents: true, New: dynQ(dynamoOptions{}, dynamoQueueThreshold)},
+		{Name: "dynamo-best", Family: FamilyDynamo, Source: "§2.5 predicted TTL 5 s + router queue (threshold 16)", NeedsEvents: true, New: dynQ(predicted, dynamoBestQueueThreshold)},
+		{Name: "oracle", Family: FamilyOracle, Source: "perfect cache and queue knowledge, longest match", NeedsExact: true, New: newOracle},
+		{Name: "oracle-bounded", Family: FamilyOracle, Source: "oracle + bounded loads (ε = 0.25)", NeedsExact: true, New: newOracleBounded},
+	}
+}
+
+// inFamily sets f's Family (for factories built elsewhere, such as kvrouter's).
+func inFamily(family string, f Factory) Factory {
+	f.Family = family
+	return f
+}
+
+// inFamilies sets the Family of every factory in fs that has none.
+func inFamilies(family string, fs []Factory) []Factory {
+	for i := range fs {
+		if fs[i].Family == "" {
+			fs[i].Family = family
+		}
+	}
+	return fs
 }
 
 // Select returns the factories named in names (all aggregated policies when names is empty),

@@ -47,9 +47,29 @@ type Report struct {
 	Policies []metrics.Result `json:"policies"`
 	// Sweep holds every run of the rate sweep (Policies is its slice at Rate).
 	Sweep []metrics.Result `json:"sweep,omitempty"`
+	// Runs holds each seed's own figures when Seeds has more than one (Sweep holds their
+	// means): the verdict's medians and ranges over seeds come from here.
+	Runs []SeedRun `json:"runs,omitempty"`
+	// Families maps each policy to its peer family (peers.Factory.FamilyName), so that the
+	// verdict compares kvrouter with the best variant of each peer without the peers package.
+	Families map[string]string `json:"families,omitempty"`
 	// Requests holds each run's per-request times (live runs), for the TTFT distribution and
 	// the timeline of report.html.
 	Requests []RunRequests `json:"requests,omitempty"`
+}
+
+// SeedRun is one seed's run of one policy at one rate.
+type SeedRun struct {
+	Seed uint64 `json:"seed"`
+	metrics.Result
+}
+
+// SetFamily records policy's peer family.
+func (r *Report) SetFamily(policy, family string) {
+	if r.Families == nil {
+		r.Families = map[string]string{}
+	}
+	r.Families[policy] = family
 }
 
 // SeedNote says which seed(s) the figures come from.

@@ -32,7 +32,6 @@ import (
 	"github.com/kvrouter/kvrouter/internal/bench/metrics"
 	"github.com/kvrouter/kvrouter/internal/bench/peers"
 	"github.com/kvrouter/kvrouter/internal/bench/workload"
-	"github.com/kvrouter/kvrouter/internal/router/kvevents"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/sim/engine"
 	"github.com/kvrouter/kvrouter/internal/sim/timing"
@@ -55,6 +54,19 @@ type Config struct {
 	// DrainLimit bounds the run: requests unfinished this long after the last arrival fail.
 	// Default 900 s.
 	DrainLimit float64
+
+	// The honest-simulation switches (see honest.go); all zero is the old, flattering harness.
+	// StepNoise is the coefficient of variation of each engine step's duration (engine.Config
+	// StepNoise), seeded per engine from Seed.
+	StepNoise float64
+	// EventJitter is the mean of an exponential delay added to EventLag per KV event batch,
+	// seconds; batches of one engine still arrive in order (one TCP stream).
+	EventJitter float64
+	// EventLoss is the probability that a KV event batch never reaches the router. The loss is
+	// noticed at the next batch of that engine (a sequence gap) and repaired by a replay that
+	// lands ReplayDelay seconds later, as internal/router/kvstream does live.
+	EventLoss   float64
+	ReplayDelay float64
 }
 
 type evKind uint8
@@ -66,6 +78,7 @@ const (
 	evScrape
 	evScaleUp
 	evTransferDone
+	evReplay
 )
 
 type event struct {
@@ -135,6 +148,8 @@ type sim struct {
 	lastArr float64
 	su      *metrics.ScaleUp
 	pd      *pdRun // nil unless a P/D policy runs on a disaggregated fleet
+	queuer  peers.Queuer
+	link    *eventLink // nil without event jitter and loss: every batch lands after EventLag
 }
 
 // Run simulates one run and returns its figures.
@@ -171,7 +186,9 @@ func Run(cfg Config) (metrics.Result, error) {
 		total += spec.ScaleUp.Add
 	}
 	for i := range total {
-		e, err := engine.New(s.ecfg)
+		ec := s.ecfg
+		ec.StepNoise, ec.NoiseSeed = cfg.StepNoise, noiseSeed(cfg.Seed, i)
+		e, err := engine.New(ec)
 		if err != nil {
 			return metrics.Result{}, fmt.Errorf("engine %d: %w", i, err)
 		}
@@ -179,6 +196,9 @@ func Run(cfg Config) (metrics.Result, error) {
 	}
 	s.active = spec.Fleet.Engines
 	s.inflt = make([]int, total)
+	if s.events != nil {
+		s.link = newEventLink(cfg, total)
+	}
 	pol := cfg.Policy.New(peers.Env{
 		BlockSize: spec.Fleet.BlockSize,
 		Rand:      rand.New(rand.NewPCG(cfg.Seed, 0x6b7662656e6368)),
@@ -186,6 +206,7 @@ func Run(cfg Config) (metrics.Result, error) {
 		Events:    s.events, Exact: s.exact,
 	})
 	s.pol = pol
+	s.queuer, _ = pol.(peers.Queuer)
 	if err := s.setupPD(prof); err != nil {
 		return metrics.Result{}, err
 	}
@@ -222,7 +243,9 @@ func Run(cfg Config) (metrics.Result, error) {
 		case evStepDone:
 			s.stepDone(ev.i)
 		case evDeliver:
-			s.events.Apply(kvindex.SourceID{Endpoint: s.engines[ev.i].name}, ev.b.(*kvevents.Batch))
+			s.deliver(ev.i, ev.b)
+		case evReplay:
+			s.replay(ev.i)
 		case evScrape:
 			for _, e := range s.engines[:s.active] {
 				st := e.eng.Stats()
@@ -230,6 +253,7 @@ func Run(cfg Config) (metrics.Result, error) {
 					RunningLoRAs: st.RunningLoRAs, WaitingLoRAs: st.WaitingLoRAs, MaxLoRAs: s.ecfg.MaxLoRAs}
 			}
 			s.push(s.now+cfg.ScrapeInterval, evScrape, 0, nil)
+			s.release()
 		case evTransferDone:
 			s.transferDone(ev.i)
 		case evScaleUp:
@@ -271,6 +295,9 @@ func Run(cfg Config) (metrics.Result, error) {
 	if s.pd != nil {
 		s.pd.extras(res.Extra)
 	}
+	if s.link != nil {
+		s.link.extras(res.Extra)
+	}
 	if sr, ok := s.pol.(peers.StatsReporter); ok {
 		for k, v := range sr.Stats() {
 			res.Extra[k] = v
@@ -309,10 +336,40 @@ func (s *sim) arrive(i int) {
 		return
 	}
 	j := s.pol.Pick(&st.pr, eps)
+	if j == peers.Hold && s.queuer != nil {
+		return // in the policy's router queue until release
+	}
 	if j < 0 || j >= s.active {
 		j = 0
 	}
 	s.dispatch(i, j, 0)
+}
+
+// release dispatches what the policy's router queue lets go now (see peers.Queuer).
+func (s *sim) release() {
+	if s.queuer == nil || s.queuer.Queued() == 0 {
+		return
+	}
+	eps := s.endpoints()
+	for {
+		r, j, ok := s.queuer.Release(eps)
+		if !ok {
+			return
+		}
+		i := r.ID
+		if j < 0 {
+			// Shed by the policy's bound: the client got a fast 429.
+			s.recs[i].Failed = true
+			s.recs[i].Shed = true
+			s.finishOne(i)
+			continue
+		}
+		if j >= s.active {
+			j = 0
+		}
+		s.dispatch(i, j, 0)
+		eps = s.endpoints()
+	}
 }
 
 // endpoints is the policy's view of the active engines now (their pools in a P/D run).
@@ -340,7 +397,8 @@ func (s *sim) dispatch(i, j, transferred int) {
 	st.ep = j
 	rec.Endpoint = e.name
 	s.pol.Dispatched(&st.pr, e.name)
-	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, Seed: s.cfg.Spec.Seed + uint64(i), LoRA: w.Adapter,
+	// MaxTokens is the client's cap; EOSAfter the true length, which only the engine knows.
+	st.er = &engine.Request{ID: strconv.Itoa(i), Prompt: st.prompt, MaxTokens: w.MaxTokens, EOSAfter: w.OutputLen, Seed: s.cfg.Spec.Seed + uint64(i), LoRA: w.Adapter,
 		KVTransferred: transferred}
 	if !e.busy {
 		e.eng.AdvanceTo(s.now)
@@ -384,6 +442,18 @@ func (s *sim) stepDone(j int) {
 	e.res = engine.StepResult{}
 	s.publish(j, res)
 	s.kick(j)
+	if len(res.Finished) > 0 || hasFirst(res.Tokens) {
+		s.release()
+	}
+}
+
+func hasFirst(toks []engine.Token) bool {
+	for i := range toks {
+		if toks[i].First {
+			return true
+		}
+	}
+	return false
 }
 
 // publish makes one step's results visible at s.now: tokens, finished requests, KV events.
@@ -437,7 +507,7 @@ func (s *sim) publish(j int, res engine.StepResult) {
 			s.exact.Apply(kvindex.SourceID{Endpoint: name}, toBatch(res.Events, s.now))
 		}
 		if s.events != nil {
-			s.push(s.now+s.cfg.EventLag, evDeliver, j, toBatch(res.Events, s.now))
+			s.send(j, toBatch(res.Events, s.now))
 		}
 	}
 }

@@ -43,6 +43,16 @@ type Request struct {
 	Truncated bool
 	// Adapter is the LoRA adapter the request names as its model ("" for the base model).
 	Adapter string
+	// OutputLen is the true output length: the position of the end-of-sequence token the
+	// simulated model samples, drawn independently of MaxTokens (which is then only the
+	// client's cap). 0 means no EOS before MaxTokens, the behaviour with Options.EOS off. It may
+	// exceed MaxTokens; the request then stops at the cap. Only the engine may read it: a
+	// policy that did would know the future.
+	OutputLen int
+
+	// classCap is the cap of the request's class where the class is not a single length (a mix
+	// class); 0 elsewhere. Only Generate reads it.
+	classCap int
 }
 
 // PromptLen is the number of tokens in the request's own segments.
@@ -78,13 +88,17 @@ type Options struct {
 	TracesDir string
 	// MaxPromptTokens truncates longer prompts (0: no limit); output tokens are kept.
 	MaxPromptTokens int
+	// EOS draws each request's true output length (OutputLen) independently of its MaxTokens,
+	// which becomes the client's cap (see honest simulation in docs/simulator.md). Off, requests
+	// are exactly what they were before EOS existed. Arrivals and prompts are the same either way.
+	EOS bool
 }
 
 // Generate returns the requests of one run at rate (requests/s, or the trace speed-up), sorted by
 // arrival with follow-ups after their parents. The same spec, rate and seed give the same requests.
 func Generate(s *Spec, rate float64, opt Options) ([]Request, error) {
 	rng := rand.New(rand.NewPCG(s.Seed, math.Float64bits(rate)))
-	g := &gen{s: s, rate: rate, rng: rng, limit: s.Load.Requests}
+	g := &gen{s: s, rate: rate, rng: rng, limit: s.Load.Requests, eos: opt.EOS}
 	if s.Load.Duration > 0 {
 		g.window = s.Load.Duration
 	}
@@ -121,6 +135,9 @@ func Generate(s *Spec, rate float64, opt Options) ([]Request, error) {
 	for i := range reqs {
 		reqs[i].ID = i
 	}
+	if opt.EOS {
+		applyEOS(s, reqs)
+	}
 	return reqs, nil
 }
 
@@ -131,6 +148,7 @@ type gen struct {
 	limit  int
 	window float64
 	out    []Request
+	eos    bool
 }
 
 // more reports whether another arrival at t fits the run's bounds.
@@ -271,7 +289,11 @@ func (g *gen) mix() {
 		out := c.MinOutputTokens + g.rng.IntN(c.MaxOutputTokens-c.MinOutputTokens+1)
 		// No Session: a class is not a conversation (a shared session id would pin the whole
 		// class to one engine under session affinity, and kvrouter breaks ties on it).
-		return Request{Segments: segs, MaxTokens: out}
+		r := Request{Segments: segs, MaxTokens: out}
+		if g.eos {
+			r.classCap = g.s.capFor(c.MaxOutputTokens)
+		}
+		return r
 	}
 	g.poisson(func(i int) Request {
 		x, k := g.rng.Float64()*total, 0

@@ -55,6 +55,8 @@ type Spec struct {
 	SLO         SLO    `json:"slo"`
 	// ScaleUp adds replicas part-way through each run.
 	ScaleUp *ScaleUp `json:"scaleUp,omitempty"`
+	// Output sets the max_tokens clients send when output lengths are drawn (Options.EOS).
+	Output *Output `json:"output,omitempty"`
 
 	SharedPrefix *SharedPrefix `json:"sharedPrefix,omitempty"`
 	MultiTurn    *Sessions     `json:"multiTurn,omitempty"`
@@ -275,6 +277,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.SLO.TTFTSeconds <= 0 || s.SLO.ITLSeconds <= 0 {
 		return errors.New("slo.ttftSeconds and slo.itlSeconds must be positive")
+	}
+	if s.Output != nil && s.Output.CapTokens < 0 {
+		return errors.New("output.capTokens must not be negative")
 	}
 	if s.ScaleUp != nil && (s.ScaleUp.Add < 1 || s.ScaleUp.AtFraction <= 0 || s.ScaleUp.AtFraction >= 1) {
 		return errors.New("scaleUp needs add >= 1 and 0 < atFraction < 1")

@@ -89,7 +89,7 @@ func TestConversationTraceSharesBlockZero(t *testing.T) {
 func TestShippedTraceWorkloadsFindTheirTraces(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(file), "..", "..", "..", "bench", "workloads", "*.yaml"))
-	n := 0
+	formats := map[string]int{}
 	for _, f := range files {
 		s, err := LoadFile(f)
 		if err != nil {
@@ -98,7 +98,7 @@ func TestShippedTraceWorkloadsFindTheirTraces(t *testing.T) {
 		if s.Kind != KindTrace {
 			continue
 		}
-		n++
+		formats[s.Trace.Format]++
 		s.Load.Requests = 50
 		reqs, err := Generate(s, s.PrimaryRate(), Options{TracesDir: tracesDir(t), MaxPromptTokens: s.Fleet.MaxModelLen})
 		if err != nil {
@@ -108,7 +108,9 @@ func TestShippedTraceWorkloadsFindTheirTraces(t *testing.T) {
 			t.Fatalf("%s: %d requests, want 50", filepath.Base(f), len(reqs))
 		}
 	}
-	if n != 4 {
-		t.Fatalf("%d trace workloads, want 4 (two Mooncake, two Azure)", n)
+	// Workloads are added over time (issue 18 replays the conversation trace on other fleets);
+	// the two of each format shipped first must stay.
+	if formats["mooncake"] < 2 || formats["azure"] < 2 {
+		t.Fatalf("trace workloads by format %v, want at least two Mooncake and two Azure", formats)
 	}
 }

@@ -81,6 +81,10 @@ type Config struct {
 	// 0.025: a rank-16 adapter of an 8-32B model copied from host memory takes tens of
 	// milliseconds.
 	LoRALoad float64
+	// HoldAfter (seconds): when every ready endpoint has more than this much prefill queued
+	// ahead of a new request (priced by its TTFT model), the router holds the request in its own
+	// queue (ShouldHold). Negative disables holding. Default DefaultHoldAfter.
+	HoldAfter float64
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LoRALoad <= 0 {
 		c.LoRALoad = 0.025
+	}
+	if c.HoldAfter == 0 {
+		c.HoldAfter = DefaultHoldAfter
 	}
 	return c
 }

@@ -18,6 +18,22 @@ package policy
 
 import "math"
 
+// overloaded reports whether no candidate can start a request soon: every one has more than
+// HoldAfter (DefaultHoldAfter when holding is off) of prefill queued. Interference is not
+// priced then (see Evaluate).
+func (p *Policy) overloaded(eps []Endpoint, cands []candidate) bool {
+	limit := p.cfg.HoldAfter
+	if limit <= 0 {
+		limit = DefaultHoldAfter
+	}
+	for i := range cands {
+		if p.queuedWait(&eps[cands[i].idx]) <= limit {
+			return false
+		}
+	}
+	return true
+}
+
 type candidate struct {
 	idx       int
 	credit    float64 // credited cached tokens
@@ -28,6 +44,7 @@ type candidate struct {
 	kvUsage   float64
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
+	interfere float64 // what its prefill costs the streams decoding there (interference)
 	placed    float64 // new prefixes recently placed here
 	lora      loraFit // how the request's adapter fits here (loraActive without one)
 	counted   bool    // placed is known (false: the endpoint is new to the policy)
@@ -98,14 +115,25 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	}
 
 	shape := p.shape(req, cands)
+	// Past saturation (no endpoint can start a request soon) the decodes' inter-token time is
+	// lost to queueing anyway and what matters is that every engine keeps draining its share:
+	// priced there, interference steered misses away from the engines with the most streams
+	// and left backlogs uneven (thrashing at 2× saturation lost 4 % of its throughput).
+	overloaded := p.overloaded(eps, cands)
 	for i := range cands {
 		// Auto scores every request by its predicted TTFT, which charges each endpoint the
 		// prefix it would recompute: a released decode-shaped request goes where it is
 		// cheapest, not merely to the fewest streams (which recomputes a long prefix on an
-		// engine that may be deep in prefill). Decode load enters through the stream-first
+		// engine that may be deep in prefill), plus what that prefill costs the streams
+		// decoding there (interference): a new prefix or a release lands where its prefill
+		// delays the fewest running decodes. Decode load enters through the stream-first
 		// placement of new prefixes (place), the bounded-load cap on releases and the
 		// KV-pressure release gate (saturated).
-		cands[i].loadScore = cands[i].ttft
+		c := &cands[i]
+		if !overloaded {
+			c.interfere = p.interference(eps[c.idx].Name, c)
+		}
+		c.loadScore = c.ttft + c.interfere
 	}
 
 	var chosen int // index into cands
@@ -145,7 +173,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 			// will let later requests follow; anything else keeps the plain order, whose
 			// tie-break (the session key) keeps a session on one endpoint.
 			spread := req.Tokenized && req.PromptTokens >= cfg.BlockSize
-			chosen, reason = p.place(cands, spread), ReasonLoad
+			chosen, reason = p.place(cands, spread, !overloaded), ReasonLoad
 			if spread {
 				commit.placed, commit.among = true, len(eps)
 			}
@@ -173,6 +201,21 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	d.Fallbacks = p.fallbacks(eps, cands, chosen)
 	d.commit = commit
 	return d
+}
+
+// interference is what computing c's uncached prompt on an endpoint costs the streams decoding
+// there, in request-seconds: vLLM's chunked prefill runs the prompt in the same steps as the
+// running decodes, each step's duration grows with its prefill tokens at the rate the TTFT model
+// learns (its slope, seconds per prefill token, fitted online from every first token), and
+// every decoding stream waits that step. So each stream past its first token loses about
+// slope × uncached seconds of its inter-token time while the prompt is computed. It is what a
+// long uncached prompt placed beside many decodes costs their ITL, and what a prefix holder
+// saves them by computing only the suffix. Streams still waiting for their first token are not
+// counted: they lose no inter-token time, and under overload they are most of an endpoint's
+// streams (counting them sent misses away from the busiest holders and cost thrashing at 2×
+// saturation 4 % of its throughput).
+func (p *Policy) interference(name string, c *candidate) float64 {
+	return float64(c.streams) * p.slope(name) * float64(c.uncached)
 }
 
 // credit converts what an endpoint holds into tokens the request does not have to compute,

@@ -21,6 +21,10 @@ import (
 	"sort"
 )
 
+// kvBand is how much fuller (scraped KV-cache usage, 0..1) an endpoint's cache must be than
+// another's for a new prefix to prefer the emptier one before the placement counts.
+const kvBand = 0.2
+
 // placementMemory is how many new-prefix placements per endpoint the placement counts remember:
 // each placement decays every count by 1/(placementMemory × endpoints).
 const placementMemory = 64
@@ -30,10 +34,11 @@ const placementMemory = 64
 // PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
 // following) starts a prefix that later requests will follow, so it is placed for the traffic
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
-// SaturationFactor of the best and within the bounded-load cap on streams (PlacementLoadBound),
-// the one that was given the fewest new prefixes lately (when spread is set), then the fewest
-// active streams (decode load), then the lower TTFT, then the lower KV usage, then the rendezvous
-// hash.
+// SaturationFactor of the best (the load score: TTFT plus interference) and within the
+// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache
+// (byKV: not past saturation), then the one that was given the fewest new prefixes lately (when
+// spread is set), then the fewest active streams (decode load), then the lower TTFT, then the
+// lower KV usage, then the rendezvous hash (see better).
 //
 // Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
 // engine holding the fewest recent prefixes is the one whose future load is expected lowest.
@@ -43,26 +48,32 @@ const placementMemory = 64
 // still answers the present: prefixes differ in popularity, and an engine whose prefixes drew
 // more than their share takes no new one. Placing by prefill queue alone makes an engine busy
 // decoding with a full cache look idle.
-func (p *Policy) place(cands []candidate, spread bool) int {
+func (p *Policy) place(cands []candidate, spread, byKV bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
 	}
-	best := math.Inf(1)
+	best, bestTTFT := math.Inf(1), math.Inf(1)
 	for i := range cands {
 		best = math.Min(best, cands[i].loadScore)
+		bestTTFT = math.Min(bestTTFT, cands[i].ttft)
 	}
-	ttftCap := p.cfg.SaturationFactor*best + 1e-12
+	costCap := p.cfg.SaturationFactor*best + 1e-12
+	ttftCap := p.cfg.SaturationFactor*bestTTFT + 1e-12
 	bound := p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
 	chosen := -1
-	for pass := 0; pass < 2 && chosen < 0; pass++ {
+	for pass := 0; pass < 3 && chosen < 0; pass++ {
 		for i := range cands {
 			c := &cands[i]
-			// The first pass keeps to the bounded-load cap; the second, reached only when
-			// every endpoint within the TTFT cap is over it, ignores it.
-			if c.loadScore > ttftCap || (pass == 0 && float64(c.streams+1) > bound) {
+			// The first pass keeps to the TTFT cap (SaturationFactor × the best first token),
+			// the cost cap (the same factor over TTFT plus interference) and the bounded-load
+			// cap: interference rules endpoints out but does not make the request wait longer
+			// than the TTFT cap allows. The second, reached when no endpoint is within all
+			// three, keeps to the cost and bounded-load caps; the third, reached only when
+			// every endpoint within the cost cap is over the bounded-load cap, ignores it.
+			if c.loadScore > costCap || (pass == 0 && c.ttft > ttftCap) || (pass < 2 && float64(c.streams+1) > bound) {
 				continue
 			}
-			if chosen < 0 || c.better(&cands[chosen], spread) {
+			if chosen < 0 || c.better(&cands[chosen], spread, byKV) {
 				chosen = i
 			}
 		}
@@ -71,8 +82,21 @@ func (p *Policy) place(cands []candidate, spread bool) int {
 }
 
 // better orders cold-placement candidates: the adapter active there before a free adapter slot
-// before adapters unknown before no free slot (a LoRA request), then fewer recent placements (when spread), then fewer streams,
-// lower TTFT, lower KV usage, higher rendezvous hash.
+// before adapters unknown before no free slot (a LoRA request), then a KV cache emptier by more
+// than kvBand, then fewer recent placements (when spread), then fewer streams, lower TTFT, lower
+// KV usage, higher rendezvous hash.
+//
+// Why a clearly emptier cache before the placement counts: the scraped KV usage is the decode
+// load resident now (each decode step reads every running stream's cache, and on long contexts
+// that read sets the step time) and the room left for the traffic the new prefix will draw. The
+// counts, continuous and decayed, otherwise decide every placement; on the Mooncake
+// conversation trace at 4× they put new long conversations on engines decoding long contexts
+// (ITL p90 15.5 ms; with a 0.2 band first, 15.0 ms; 0.1 gave 14.3 ms but cost thrashing at 2×
+// saturation 2 % of its throughput). The band keeps the counts in charge where caches fill
+// evenly (shared-prefix is unchanged). Past saturation (byKV false) it is skipped,
+// as interference is (Evaluate): the scraped usages then differ by which engine was scraped
+// mid-eviction, and following them cost thrashing at 2× saturation 4 % of its throughput and
+// the conversation trace at 8× 3 %.
 //
 // Why the adapter first: a new prefix of an adapter draws that adapter's traffic wherever it is
 // placed, and every engine it lands on spends one of its few adapter slots on it. Spreading an
@@ -82,10 +106,12 @@ func (p *Policy) place(cands []candidate, spread bool) int {
 // (docs/benchmarks.md). The TTFT cap and the bounded-load cap still apply: an engine holding a
 // popular adapter that is busier than the cap allows gets no new prefix, and the adapter spreads
 // to a second engine.
-func (c *candidate) better(b *candidate, spread bool) bool {
+func (c *candidate) better(b *candidate, spread, byKV bool) bool {
 	switch {
 	case c.lora != b.lora:
 		return c.lora < b.lora
+	case byKV && math.Abs(c.kvUsage-b.kvUsage) > kvBand:
+		return c.kvUsage < b.kvUsage
 	case spread && c.placed != b.placed:
 		return c.placed < b.placed
 	case c.streams != b.streams:

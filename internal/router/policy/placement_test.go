@@ -71,101 +71,75 @@ func TestColdPlacementCountsDecodeLoad(t *testing.T) {
 			t.Fatalf("PrefillBound did not take the lowest TTFT: %+v", d)
 		}
 	}
-	// Far slower TTFT is not worth the stream balance.
+	// A slower TTFT is worth it while the prompt would stall more decoding streams elsewhere
+	// (interference: 20 streams × 0.72 s of prefill on e0..e2 against 4 s more of queue on e3)
+	// and not once the queue is far longer than that.
 	eps[3].Load.QueuedPrefillTokens = 40000
+	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), eps); d.Endpoint != "e3" {
+		t.Fatalf("Auto stalled 20 decoding streams rather than queue 4 s: %+v", d)
+	}
+	eps[3].Load.QueuedPrefillTokens = 400000
 	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), eps); d.Endpoint == "e3" {
-		t.Fatalf("Auto placed a new prefix behind a 40K-token prefill queue: %+v", d)
+		t.Fatalf("Auto placed a new prefix behind a 400K-token prefill queue: %+v", d)
 	}
 }
 
-// New prefixes are spread by how many each endpoint was given lately, not by the streams of the
-// moment: an endpoint that drew a few more requests early (within the bounded-load cap) is not
-// therefore handed fewer prefixes (their traffic is what is unknown). A replica that joins later starts level with the
-// least placed, so it takes its share of new prefixes, not all of them.
-func TestNewPrefixesSpreadByRecentPlacements(t *testing.T) {
+// Interference: a long uncached prompt is not placed where its chunked prefill would stall many
+// more decoding streams than elsewhere (its price, TTFT plus streams × slope × uncached, is
+// more than SaturationFactor × the best), even on the endpoint the placement counts favour; the
+// cost follows the learned prefill speed (TTFT slope) and the prompt length.
+func TestInterferencePricesDecodingStreams(t *testing.T) {
 	p := New(Config{Kind: Auto})
 	eps := fleet(4)
-	count := map[string]int{}
-	for i := 0; i < 40; i++ {
+	// e1 was given more new prefixes lately: by the counts it is the last choice.
+	for i := range 4 {
 		r := prefillReq(7200)
 		r.TieBreak = uint64(i)
-		d := p.Pick(r, eps)
-		if d.Reason != ReasonLoad {
-			t.Fatalf("cold request %d: %+v", i, d)
-		}
-		count[d.Endpoint]++
-		// The endpoint that just took a prefix draws more streams than the others.
-		for j := range eps {
-			if eps[j].Name == d.Endpoint {
-				eps[j].Load.InFlight += 1 + i%3
-			}
-		}
+		d := p.Evaluate(r, eps)
+		d.Endpoint = "e1"
+		p.Commit(d)
 	}
-	for _, e := range eps {
-		if count[e.Name] != 10 {
-			t.Fatalf("prefixes per endpoint %v, want 10 each", count)
-		}
+	for _, i := range []int{0, 2, 3} {
+		eps[i].Load = Load{InFlight: 2}
 	}
-	// A newcomer takes one prefix in five, not the next forty (streams level: on streams alone,
-	// an idle newcomer would take them all, below the bounded-load cap).
-	eps = append(eps, Endpoint{Name: "new", Ready: true})
-	for j := range eps {
-		eps[j].Load.InFlight = 20
+	if d := p.Pick(prefillReq(32000), eps); d.Endpoint != "e1" {
+		t.Fatalf("a 32K-token prompt stalled 2 decoding streams rather than none: %+v", d)
 	}
-	got := 0
-	for i := 0; i < 10; i++ {
-		r := prefillReq(7200)
-		r.TieBreak = uint64(100 + i)
-		if p.Pick(r, eps).Endpoint == "new" {
-			got++
-		}
+	// Behind a queue far longer than the stall it spares, e1 is out of the running again.
+	eps[1].Load.QueuedPrefillTokens = 400000
+	if d := p.Pick(prefillReq(32000), eps); d.Endpoint == "e1" {
+		t.Fatalf("placed behind a 400K-token queue to spare 2 streams: %+v", d)
 	}
-	if got < 1 || got > 3 {
-		t.Fatalf("newcomer took %d of 10 new prefixes, want about 2", got)
+	e0, e1 := p.interference("e0", &candidate{streams: 30, uncached: 16000}), p.interference("e1", &candidate{streams: 4, uncached: 16000})
+	if !(e0 > 7*e1) || !(e0 > 0) {
+		t.Fatalf("interference %v on 30 streams, %v on 4", e0, e1)
 	}
-	// A prompt shorter than a block starts no prefix anyone could follow: it is not spread, and
-	// its session key keeps it on one endpoint whatever the placement counts say.
-	r := prefillReq(10)
-	r.SessionKey = "user-1"
-	first := p.Pick(r, eps).Endpoint
-	for i := 0; i < 5; i++ {
-		if got := p.Pick(r, eps).Endpoint; got != first {
-			t.Fatalf("session moved from %s to %s", first, got)
-		}
+	if got := p.interference("e0", &candidate{streams: 30, uncached: 0}); got != 0 {
+		t.Fatalf("a fully cached prompt interferes: %v", got)
 	}
 }
 
-// A new prefix goes to no endpoint whose streams would exceed (1+PlacementLoadBound) × the mean,
-// however few prefixes it was given: its prefixes drew more than their share.
-func TestNewPrefixRespectsPlacementLoadBound(t *testing.T) {
+// A new prefix goes to an engine whose KV cache is clearly emptier (more than kvBand) before the
+// placement counts: the streams resident there are the decode load every step reads, and the
+// one with the fuller cache decodes slower and has less room for the traffic the prefix draws.
+// Within the band, the placement counts decide as before.
+func TestNewPrefixPrefersEmptierCache(t *testing.T) {
 	p := New(Config{Kind: Auto})
-	eps := fleet(4)
-	for i := range eps {
-		eps[i].Load.InFlight = 10
-		p.placed[eps[i].Name] = 2
-	}
-	// e1 was given the fewest prefixes, but they drew more than their share: 14 streams, cap
-	// ⌈1.1 × 45/4⌉ = 13.
-	eps[1].Load.InFlight = 14
-	p.placed["e1"] = 0
-	for i := 0; i < 3; i++ {
+	eps := fleet(2)
+	// e1 has been given more new prefixes lately.
+	for i := range 4 {
 		r := prefillReq(7200)
-		r.TieBreak = uint64(50 + i)
-		if d := p.Pick(r, eps); d.Endpoint == "e1" || d.Reason != ReasonLoad {
-			t.Fatalf("new prefix placed on an endpoint over the cap: %+v", d)
-		}
+		r.TieBreak = uint64(i)
+		d := p.Evaluate(r, eps)
+		d.Endpoint = "e1"
+		p.Commit(d)
 	}
-	// Within the cap, the least placed wins.
-	eps[1].Load.InFlight = 11
+	eps[0].Load.KVUsage, eps[1].Load.KVUsage = 0.7, 0.3
 	if d := p.Pick(prefillReq(7200), eps); d.Endpoint != "e1" {
-		t.Fatalf("least placed endpoint within the cap passed over: %+v", d)
+		t.Fatalf("placed on the fuller cache: %+v", d)
 	}
-	// The only endpoint within the TTFT cap is over the stream cap (the other has a 1M-token
-	// prefill queue): the stream cap gives way.
-	two := fleet(2)
-	two[0].Load.InFlight = 30
-	two[1].Load.QueuedPrefillTokens = 1000000
-	if d := New(Config{Kind: Auto}).Pick(prefillReq(7200), two); d.Endpoint != "e0" {
-		t.Fatalf("want e0 when every endpoint within the TTFT cap is over the stream cap: %+v", d)
+	eps[0].Load.KVUsage, eps[1].Load.KVUsage = 0.35, 0.3
+	if d := p.Pick(prefillReq(7200), eps); d.Endpoint != "e0" {
+		t.Fatalf("within the band, placement counts ignored: %+v", d)
 	}
 }

@@ -37,6 +37,8 @@ type Policy struct {
 	// placed counts the new prefixes recently placed on each endpoint (see place and
 	// notePlacement).
 	placed map[string]float64
+	// outCapped and outUncapped learn the share of its cap a request uses (ObserveOutput).
+	outCapped, outUncapped outputStat
 	// scratch buffers, reused across calls to keep Pick allocation-light.
 	scores []candidate
 }

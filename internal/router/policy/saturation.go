@@ -136,12 +136,14 @@ func (p *Policy) fleetCost(name string, c *candidate, out int) (float64, bool) {
 	return c.ttft + n*(d0+d1*(s+1)) + s*(prefill+n*d1), true
 }
 
-// expectedOutput is the output length a request is priced at.
+// expectedOutput is the output length a request is priced at: its max_tokens (or
+// DefaultMaxTokens) scaled by the share of the cap that finished requests were seen to use
+// (ObserveOutput), since max_tokens is a cap and real answers stop at EOS well before it.
 func (p *Policy) expectedOutput(req Request) int {
 	if req.MaxTokens > 0 {
-		return req.MaxTokens
+		return max(1, int(math.Ceil(float64(req.MaxTokens)*p.outputShare(true))))
 	}
-	return p.cfg.DefaultMaxTokens
+	return max(1, int(math.Ceil(float64(p.cfg.DefaultMaxTokens)*p.outputShare(false))))
 }
 
 // releaseTarget is where a released request would go: the lowest predicted TTFT (which charges

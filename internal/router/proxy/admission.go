@@ -38,7 +38,7 @@ const rateLimited = "rate_limit_exceeded"
 
 func newShedMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 	m := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvrouter_requests_shed_total",
-		Help: "Requests answered 429 by admission control, by the bound they met (ttft, queue, fleet-queue) and priority."},
+		Help: "Requests answered 429 by admission control, or by the router queue, by the bound they met (ttft, queue, fleet-queue, router-queue-full, router-queue-wait) and priority."},
 		[]string{"reason", "priority"})
 	// Every series exists from the start, so that rate() sees the first shed.
 	for _, r := range admission.Reasons {

@@ -48,11 +48,16 @@ type charge struct {
 	// onFirst, when set, is told a streamed answer's time to first token (a split request's
 	// decode leg, whose TTFT prices the KV transfer).
 	onFirst func(ttft time.Duration)
+	// capTokens is the request's own max_tokens (0: none): a streamed answer's length is fed
+	// to the policy as a share of it (policy.ObserveOutput), as kvbench's kvrouter does.
+	capTokens int
 }
 
 func (s *Server) newCharge(rt *route, ticket *loadsignal.Ticket, predicted []kvindex.Key, work int, stream bool) *charge {
-	return &charge{s: s, rt: rt, h: s.outliers.route(rt.name, rt.ep.URL), ticket: ticket, predicted: predicted,
+	c := &charge{s: s, rt: rt, h: s.outliers.route(rt.name, rt.ep.URL), ticket: ticket, predicted: predicted,
 		work: work, stream: stream, sent: s.now()}
+	s.rq.kick() // the load is charged now: the router queue may release the next request
+	return c
 }
 
 // ttftWork is the work figure a decided request's TTFT is fed to the latency model with, or -1
@@ -121,6 +126,7 @@ func (c *charge) received(b []byte, now time.Time) bool {
 	c.started = true
 	c.ticket.FirstToken()
 	c.settle()
+	s.rq.kick() // its prefill left the queue
 	s.outliers.success(c.h)
 	if c.timed() {
 		c.itl.streams = s.endpointStreams(c.rt.name)
@@ -160,10 +166,19 @@ func (c *charge) finished() {
 		s.policy.ObserveITL(c.rt.name, streams, gap.Seconds())
 		s.policyMu.Unlock()
 	}
+	if c.timed() && c.itl.events > 1 {
+		// The stream's events less its closing [DONE] are its tokens, near enough (a chat
+		// stream's first event may carry only the role): what the policy prices a request's
+		// decode at is the share of its cap that answers use.
+		s.policyMu.Lock()
+		s.policy.ObserveOutput(c.capTokens, c.itl.events-1)
+		s.policyMu.Unlock()
+	}
 }
 
 // release gives the request's load back, and its prediction if it never started.
 func (c *charge) release() {
 	c.ticket.Done()
 	c.settle()
+	c.s.rq.kick()
 }

@@ -48,6 +48,7 @@ type exchange struct {
 	workTokens   int
 	promptTokens int
 	maxTokens    int    // the request's output limit, or the policy's default
+	capTokens    int    // the request's own output limit, 0 when it sets none
 	lora         string // the request's LoRA adapter ("" for the base model)
 
 	// A split request's decode leg (pd.go). untimed keeps its TTFT, which includes the KV
@@ -115,7 +116,7 @@ func (x *exchange) run(t *table, d policy.Decision) {
 		predicted := s.predict(rt, i, x.keys, x.gpuHeld)
 		deadline := s.ttfbDeadline(rt.name, ttft, x.stream, x.maxTokens, s.endpointStreams(rt.name))
 		c := s.newCharge(rt, s.tracker.DispatchAdapter(name, x.lora, uncached, x.workTokens), predicted, work, x.stream)
-		c.onFirst = x.onFirst
+		c.onFirst, c.capTokens = x.onFirst, x.capTokens
 		res := x.attempt(c, deadline)
 		if res == answered {
 			return

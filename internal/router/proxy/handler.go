@@ -61,7 +61,7 @@ func (s *Server) handleInference(kind apiKind) http.HandlerFunc {
 			return
 		}
 		t := s.tbl.Load()
-		req, rt, err := s.decideRequest(t, incoming{ctx: r.Context(), header: r.Header, kind: kind, body: body})
+		req, rt, err := s.decideRequest(t, incoming{ctx: r.Context(), header: r.Header, kind: kind, body: body, mayWait: true})
 		if err != nil {
 			s.refuse(w, err)
 			return
@@ -89,11 +89,15 @@ type incoming struct {
 	// eligible, when not nil, says which routes the request may go to (the gateway's subset
 	// hint in EPP mode); the others are not ready as far as the policy and admission see.
 	eligible func(*route) bool
+	// mayWait lets the request wait in the router queue (queue.go). The EPP's requests do not:
+	// the gateway bounds each decision by its ext_proc message timeout.
+	mayWait bool
 }
 
 // decideRequest runs every step from a received body to a decision, for both front ends alike
 // (the HTTP proxy forwards the request where it says, the EPP tells Envoy): parse, priority,
-// early admission, tokens, then the index lookup, the policy and admission on its choice.
+// early admission, tokens, a wait in the router queue if the request may and must wait, then
+// the index lookup, the policy and admission on its choice.
 func (s *Server) decideRequest(t *table, in incoming) (inference, routing, error) {
 	req, err := s.parseRequest(in.ctx, in.header, in.kind, in.body)
 	if err != nil {
@@ -113,7 +117,16 @@ func (s *Server) decideRequest(t *table, in incoming) (inference, routing, error
 		// costing a /tokenize call.
 		tokens, tokenized = s.tokens(in.ctx, t, in.kind, &req)
 	}
+	var done func(failed bool)
+	if in.mayWait {
+		if done, err = s.rq.wait(in.ctx, t, pri, in.eligible); err != nil {
+			return req, routing{}, err
+		}
+	}
 	rt, err := s.route(t, in.header, &req, tokens, tokenized, pri, in.eligible)
+	if done != nil {
+		done(err != nil)
+	}
 	return req, rt, err
 }
 
@@ -226,7 +239,7 @@ func (s *Server) newExchange(w http.ResponseWriter, r *http.Request, req *infere
 	out := s.outputTokens(rt.req)
 	return &exchange{s: s, w: w, r: r, body: req.body, path: r.URL.Path, stream: req.Stream, keys: rt.keys,
 		gpuHeld: rt.gpuHeld, workTokens: rt.req.PromptTokens + out, promptTokens: rt.req.PromptTokens, maxTokens: out,
-		lora: rt.req.LoRA}
+		capTokens: rt.req.MaxTokens, lora: rt.req.LoRA}
 }
 
 // tokens finds the request's exact token ids: in process when the router's own tokenizer is in

@@ -66,20 +66,7 @@ type pdEngine struct {
 func newPDEngine(t *testing.T, name, role string) *pdEngine {
 	e := &pdEngine{name: name, role: role}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Prompt string `json:"prompt"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		toks := make([]uint32, len(body.Prompt))
-		for i := range body.Prompt {
-			toks[i] = uint32(body.Prompt[i])
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "tokens": toks})
-	})
-	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","parent":null}]}`)
-	})
+	handleByteTokensAndModels(mux)
 	mux.HandleFunc("POST /v1/completions", e.complete)
 	e.Server = httptest.NewServer(mux)
 	t.Cleanup(e.Close)

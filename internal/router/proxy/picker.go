@@ -168,6 +168,7 @@ func (s *Server) newFlight(t *table, header http.Header, req *inference, rt rout
 	}
 	f.c = s.newCharge(r, s.tracker.DispatchAdapter(r.name, rt.req.LoRA, d.UncachedTokens, f.workTokens), s.predict(r, i, rt.keys, rt.gpuHeld),
 		work, req.Stream)
+	f.c.capTokens = rt.req.MaxTokens
 	order := []int{i}
 	for _, fb := range d.Fallbacks {
 		if j, ok := t.byName[fb]; ok && !s.outliers.isEjected(fb) {

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -185,17 +186,42 @@ type harness struct {
 	tracker *loadsignal.Tracker
 }
 
+// handleByteTokensAndModels serves an engine's /tokenize (one token per byte of the prompt) and
+// /v1/models (model "m") on mux.
+func handleByteTokensAndModels(mux *http.ServeMux) {
+	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Prompt string `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		toks := make([]uint32, len(body.Prompt))
+		for i := range body.Prompt {
+			toks[i] = uint32(body.Prompt[i])
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"count": len(toks), "tokens": toks})
+	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m","object":"model","parent":null}]}`)
+	})
+}
+
 func newHarness(t *testing.T, cfg Config, idx Index, engines ...*fakeEngine) *harness {
+	t.Helper()
+	var eps []discovery.Endpoint
+	for _, e := range engines {
+		eps = append(eps, discovery.Endpoint{Name: e.name, URL: e.URL, Ready: true})
+	}
+	return startHarness(t, cfg, idx, eps)
+}
+
+// startHarness serves a router for eps (all ready) on loopback, closed when the test ends.
+func startHarness(t *testing.T, cfg Config, idx Index, eps []discovery.Endpoint) *harness {
 	t.Helper()
 	if cfg.Policy.BlockSize == 0 {
 		cfg.Policy.BlockSize = 4
 	}
 	tr := loadsignal.NewTracker()
 	s := New(cfg, logr.Discard(), idx, nil, tr, prometheus.NewRegistry())
-	var eps []discovery.Endpoint
-	for _, e := range engines {
-		eps = append(eps, discovery.Endpoint{Name: e.name, URL: e.URL, Ready: true})
-	}
 	s.SetEndpoints(eps)
 	h := &harness{srv: s, tracker: tr, http: httptest.NewServer(s.Handler()), admin: httptest.NewServer(s.AdminHandler(nil))}
 	t.Cleanup(h.http.Close)
@@ -360,6 +386,42 @@ func TestStreamingFlushesEachChunk(t *testing.T) {
 	}
 	if eps := h.srv.Status().Endpoints; len(eps) != 1 || eps[0].ITLModel == nil || eps[0].ITLModel.Observations != 1 {
 		t.Fatalf("status does not show the decode model: %+v", eps)
+	}
+}
+
+// A streamed answer's length feeds the policy's output share, against the request's own
+// max_tokens (capped) or the default (uncapped); a whole answer feeds nothing.
+func TestStreamedOutputFeedsOutputShare(t *testing.T) {
+	e0 := newFakeEngine(t, "e0")
+	e0.chunks = 4
+	h := newHarness(t, Config{}, nil, e0)
+	send := func(body string) {
+		t.Helper()
+		resp, err := http.Post(h.http.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	n := 40
+	for range n {
+		send(`{"model":"m","prompt":"hi","stream":true,"max_tokens":16}`)
+	}
+	send(`{"model":"m","prompt":"hi","stream":true}`)
+	send(`{"model":"m","prompt":"hi","max_tokens":16}`)
+	waitFor(t, "answers observed", func() bool {
+		h.srv.policyMu.Lock()
+		defer h.srv.policyMu.Unlock()
+		_, capped := h.srv.policy.OutputShare(true)
+		_, uncapped := h.srv.policy.OutputShare(false)
+		return capped == n && uncapped == 1
+	})
+	h.srv.policyMu.Lock()
+	share, _ := h.srv.policy.OutputShare(true)
+	h.srv.policyMu.Unlock()
+	if want := 4.0 / 16; math.Abs(share-want) > 0.01 {
+		t.Fatalf("capped output share %.3f, want %.3f (4 tokens of 16)", share, want)
 	}
 }
 

@@ -130,6 +130,13 @@ type Config struct {
 	// is forwarded and waits in the engines' queues.
 	Admission        admission.Config
 	DisableAdmission bool
+	// QueueCapacity bounds the router queue (queue.go): the requests that wait in the router,
+	// rather than in an engine's queue, while the policy holds them (policy.Config.HoldAfter).
+	// 0: no router queue (every request is routed at once). QueueMaxWait is the longest one
+	// waits before it is shed (default DefaultQueueMaxWait), at most half the admission TTFT
+	// budget (Admission.TTFTBound × TailHeadroom) when admission control is on.
+	QueueCapacity int
+	QueueMaxWait  time.Duration
 	// Tokenizer is TokenizerAuto (default), TokenizerLocal or TokenizerEngine: whether requests
 	// are tokenized in process once SetLocalTokenizer hands the router a tokenizer
 	// (localtokens.go). TokenizerVerifyFraction of the requests tokenized in process are also
@@ -212,6 +219,9 @@ func (c Config) withDefaults() Config {
 	if c.TokenizerVerifyFraction == 0 {
 		c.TokenizerVerifyFraction = 0.01
 	}
+	if c.QueueMaxWait <= 0 {
+		c.QueueMaxWait = DefaultQueueMaxWait
+	}
 	return c
 }
 
@@ -271,6 +281,10 @@ type Server struct {
 
 	admit      *admission.Controller // nil: admission control off
 	shedMetric *prometheus.CounterVec
+
+	rq *routerQueue // nil: no router queue
+	// hold is the router queue's gate (holdByPolicy; tests replace it).
+	hold func([]policy.Endpoint) bool
 
 	degMu        sync.Mutex
 	tokFailSince time.Time // start of the current run of tokenizer failures (zero: healthy)
@@ -333,6 +347,8 @@ func New(cfg Config, log logr.Logger, index Index, streams StreamStatus, tracker
 	s.pd = newPDState(cfg, reg)
 	s.outliers = s.newOutliers()
 	s.admit, s.shedMetric = admit, newShedMetric(reg)
+	s.hold = s.holdByPolicy
+	s.rq = newRouterQueue(s, reg)
 	return s
 }
 
@@ -471,8 +487,11 @@ func (s *Server) markDown(engine string) {
 }
 
 // Run runs the background work of the server (model list refresh, snapshots of the routing
-// counters for the windowed predicted hit rate) until ctx is done.
+// counters for the windowed predicted hit rate, the router queue's ticker) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
 	go s.sampleRouted(ctx)
+	if s.rq != nil {
+		go s.rq.run(ctx)
+	}
 	s.models.run(ctx)
 }

@@ -263,6 +263,7 @@ func (s *Server) Status() routerapi.Status {
 			Predicted: is.Predicted, Evictions: is.Evictions}
 	}
 	st.Admission = s.admissionStatus(t)
+	st.RouterQueue = s.queueStatus()
 	st.Disaggregation = s.disaggregationStatus(t)
 	return st
 }
@@ -296,7 +297,8 @@ func (s *Server) AutoscalePool(role string) routerapi.Autoscale {
 		}
 	}
 	a.ShedRequests = s.recentShed()
-	a.WaitingRequests += a.ShedRequests
+	// Requests held in the router queue wait for the fleet as much as those in the engines'.
+	a.WaitingRequests += a.ShedRequests + s.queued()
 	return a
 }
 

@@ -59,6 +59,12 @@ type Config struct {
 	// OutputVocab, when not empty, are the ids the simulated model samples its output from (a
 	// real tokenizer's: see tokenizer.NewGeneratorOver); empty: the synthetic tokenizer's words.
 	OutputVocab []uint32
+	// StepNoise is the coefficient of variation of a mean-1 lognormal factor on every step's
+	// duration (the run-to-run jitter of a real forward pass: kernels, launches, the Python
+	// scheduler); 0 keeps step times deterministic. NoiseSeed seeds the factors, so an engine's
+	// noise is the same on every run with the same seed.
+	StepNoise float64
+	NoiseSeed uint64
 }
 
 func (c *Config) defaults() error {
@@ -87,6 +93,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("profile %s leaves no memory for the KV cache", c.Profile.Name)
 	case c.MaxModelLen < 2:
 		return fmt.Errorf("max model length must be at least 2, got %d", c.MaxModelLen)
+	case c.StepNoise < 0:
+		return fmt.Errorf("step noise must not be negative, got %v", c.StepNoise)
 	case c.MaxLoRAs < 0 || c.LoRALoadTime < 0:
 		return fmt.Errorf("max LoRAs and LoRA load time must not be negative, got %d and %v", c.MaxLoRAs, c.LoRALoadTime)
 	case c.Profile.TP < 1:
@@ -100,6 +108,9 @@ type Request struct {
 	ID        string
 	Prompt    []uint32
 	MaxTokens int
+	// EOSAfter, when positive, is the true output length: the engine samples end of sequence
+	// after that many tokens unless MaxTokens stops it first. 0: it runs to MaxTokens.
+	EOSAfter int
 	// Seed selects the deterministic output stream.
 	Seed       uint64
 	LoRA       string
@@ -204,6 +215,8 @@ type Engine struct {
 	scheds map[*scheduler.Request]*Request
 	// slots are the adapters resident in GPU slots, least recently used first.
 	slots []string
+	// noise draws the step-time factors (nil without StepNoise); it survives Restart.
+	noise *stepNoise
 }
 
 // New builds an engine with an empty cache at virtual time 0.
@@ -211,7 +224,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg, noise: newStepNoise(cfg.StepNoise, cfg.NoiseSeed)}
 	if err := e.reset(); err != nil {
 		return nil, err
 	}
@@ -255,7 +268,7 @@ func (e *Engine) Submit(r *Request) error {
 	if _, dup := e.byID[r.ID]; dup {
 		return fmt.Errorf("request %q is already in flight", r.ID)
 	}
-	r.s = scheduler.Request{ID: r.ID, Prompt: r.Prompt, MaxTokens: r.MaxTokens, LoRA: r.LoRA, CacheSalt: r.CacheSalt, ReportFull: r.ReportFull,
+	r.s = scheduler.Request{ID: r.ID, Prompt: r.Prompt, MaxTokens: r.MaxTokens, EOSAfter: r.EOSAfter, LoRA: r.LoRA, CacheSalt: r.CacheSalt, ReportFull: r.ReportFull,
 		HoldKV: r.HoldKV, KVTransferred: r.KVTransferred}
 	if err := e.sched.Add(&r.s); err != nil {
 		return err
@@ -310,6 +323,9 @@ func (e *Engine) Step() StepResult {
 		res.LoRALoads = e.activate(out.Scheduled)
 		res.Duration += float64(res.LoRALoads) * e.cfg.LoRALoadTime
 		e.stats.LoRALoads += uint64(res.LoRALoads)
+	}
+	if e.noise != nil && res.Duration > 0 {
+		res.Duration *= e.noise.factor()
 	}
 	e.now += res.Duration
 

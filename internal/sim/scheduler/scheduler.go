@@ -54,9 +54,12 @@ const (
 // Request is one sequence. The caller fills the exported input fields before Add; the scheduler
 // owns the rest.
 type Request struct {
-	ID         string
-	Prompt     []uint32
-	MaxTokens  int    // output tokens at most (> 0)
+	ID        string
+	Prompt    []uint32
+	MaxTokens int // output tokens at most (> 0)
+	// EOSAfter, when positive, is where the model samples its end-of-sequence token: the
+	// request finishes after that many outputs if MaxTokens has not stopped it first.
+	EOSAfter   int
 	LoRA       string // LoRA adapter name, hashed into every block
 	CacheSalt  string // hashed into the first block
 	ReportFull bool   // kv_cache_report_mode "full": re-announce hit blocks
@@ -86,6 +89,15 @@ type Request struct {
 
 // Blocks returns the block ids the request holds now (for a held request: its KV to hand over).
 func (r *Request) Blocks() []kvcache.BlockID { return append([]kvcache.BlockID(nil), r.blocks...) }
+
+// outputLimit is the number of outputs after which the request stops: its cap, or its EOS
+// when that comes first.
+func (r *Request) outputLimit() int {
+	if r.EOSAfter > 0 && r.EOSAfter < r.MaxTokens {
+		return r.EOSAfter
+	}
+	return r.MaxTokens
+}
 
 // NumTokens is prompt plus output length.
 func (r *Request) NumTokens() int { return len(r.tokens) }
@@ -164,7 +176,7 @@ func (s *Scheduler) Add(r *Request) error {
 	}
 	// The request ends at MaxTokens outputs or at MaxModelLen tokens: the second bounds the
 	// buffer whatever MaxTokens says (a client may send 2^63-1).
-	r.tokens = append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, s.cfg.MaxModelLen-len(r.Prompt))), r.Prompt...)
+	r.tokens = append(make([]uint32, 0, len(r.Prompt)+min(r.outputLimit(), s.cfg.MaxModelLen-len(r.Prompt))), r.Prompt...)
 	r.Status = Waiting
 	r.admitted = false
 	r.TransferredTokens = 0
@@ -399,7 +411,8 @@ func (s *Scheduler) storeUpTo(r *Request, full int) {
 
 // Complete applies a step's results: computed tokens advance, sampled tokens are appended (tokens
 // maps each sampling request to its new token). It returns the requests that finished, whose
-// blocks go back to the free queue. A request finishes at MaxTokens outputs or at MaxModelLen.
+// blocks go back to the free queue. A request finishes at MaxTokens outputs, at its EOS, or at
+// MaxModelLen.
 func (s *Scheduler) Complete(out Output, tokens func(r *Request) uint32) []*Request {
 	var done []*Request
 	for _, sc := range out.Scheduled {
@@ -414,7 +427,7 @@ func (s *Scheduler) Complete(out Output, tokens func(r *Request) uint32) []*Requ
 		t := tokens(r)
 		r.Output = append(r.Output, t)
 		r.tokens = append(r.tokens, t)
-		if len(r.Output) >= r.MaxTokens || r.NumTokens() >= s.cfg.MaxModelLen {
+		if len(r.Output) >= r.outputLimit() || r.NumTokens() >= s.cfg.MaxModelLen {
 			done = append(done, r)
 		}
 	}

@@ -229,6 +229,9 @@ var flagTable = []flagDef{
 	{name: "lora-load-time", sim: true, kind: floatKind, def: "0.025", arg: "S",
 		help: "seconds to load an adapter into a GPU slot, added to the step that first\nruns it (default 0.025: a rank-16 adapter from host memory)",
 		set:  func(s *Settings, v value) error { s.Engine.LoRALoadTime = v.float; return nil }},
+	{name: "step-noise", sim: true, kind: floatKind, def: "0", arg: "CV",
+		help: "coefficient of variation of a mean-1 lognormal factor on every step's\nduration (default 0: deterministic steps; kvbench simulate uses 0.05)",
+		set:  func(s *Settings, v value) error { s.Engine.StepNoise = v.float; return nil }},
 	{name: "engines", sim: true, kind: intKind, def: "1", arg: "N",
 		help: "host N engines: engine i serves HTTP on port+i and KV events on the\nevent/replay ports + i*stride; \"{engine}\" in the topic becomes i",
 		set:  func(s *Settings, v value) error { s.Engines = v.num; return nil }},
@@ -403,6 +406,9 @@ func (s *Settings) resolve(positional []string, lookupEnv func(string) (string, 
 	s.IntHashes = ints != "0"
 	errs = append(errs, s.resolveLoRA()...)
 	errs = append(errs, s.resolveKVTransfer(lookupEnv)...)
+	if s.Engine.StepNoise < 0 {
+		errs = append(errs, fmt.Errorf("--step-noise must not be negative, got %v", s.Engine.StepNoise))
+	}
 	switch {
 	case s.Engines < 1:
 		errs = append(errs, errors.New("--engines must be at least 1"))

@@ -73,6 +73,8 @@ func Serve(ctx context.Context, s *Settings, log *slog.Logger, ready func(addrs 
 		log.Info("tokenizing with a real tokenizer", "dir", s.TokenizerDir, "vocab_size", t.VocabSize(), "output_vocab", len(cfg.OutputVocab))
 	}
 	for i := 0; i < s.Engines; i++ {
+		// Engines of one process draw their own step noise (fixed per index: reruns repeat it).
+		cfg.NoiseSeed = s.Engine.NoiseSeed + uint64(i)
 		eng, err := engine.New(cfg)
 		if err != nil {
 			return fmt.Errorf("engine %d: %w", i, err)

@@ -1,0 +1,728 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/bench/metrics"
+)
+
+// The verdict compares kvrouter, on every workload and rate of a matrix run, with the best
+// variant of each peer router (a peer's documented options are separate policies of one family,
+// and a user of that peer would turn on whichever helps). Figures are medians over seeds, not
+// means: one chaotic overloaded seed should not decide a row, and the range shows how far the
+// seeds disagree.
+
+// Families that are not peers: kvrouter's own variants, the plain baselines (round-robin is
+// the reference of the shared-prefix ratio) and the oracles.
+const (
+	FamilyKVRouter = "kvrouter"
+	FamilyBaseline = "baseline"
+	FamilyOracle   = "oracle"
+)
+
+// Criteria are the issue's thresholds.
+type Criteria struct {
+	// GoodputSlack: kvrouter's goodput must be >= (1 - GoodputSlack) x the best peer variant's.
+	GoodputSlack float64 `json:"goodput_slack"`
+	// ITLFactor: kvrouter's ITL p90 must be <= ITLFactor x the lowest peer variant's.
+	ITLFactor float64 `json:"itl_factor"`
+	// SharedPrefixTarget: kvrouter's output throughput on the shared-prefix workload must be
+	// >= this many times round-robin's.
+	SharedPrefixTarget float64 `json:"shared_prefix_target"`
+}
+
+// DefaultCriteria are issue 18's.
+func DefaultCriteria() Criteria {
+	return Criteria{GoodputSlack: 0.01, ITLFactor: 1.1, SharedPrefixTarget: 2.1}
+}
+
+// VerdictOptions choose what is compared.
+type VerdictOptions struct {
+	Criteria Criteria
+	// KVRouter is the policy judged (default "kvrouter", the Auto kind).
+	KVRouter string
+	// Baseline is the policy of the shared-prefix ratio and the x round-robin column (default
+	// "round-robin").
+	Baseline string
+	// SharedPrefix is the workload of the shared-prefix headline (default "shared-prefix").
+	SharedPrefix string
+	// Family resolves the family of a policy that a report does not record (reports written
+	// before families were); nil: the guesses of FamilyOf only.
+	Family func(policy string) string
+}
+
+func (o *VerdictOptions) defaults() {
+	if o.Criteria == (Criteria{}) {
+		o.Criteria = DefaultCriteria()
+	}
+	if o.KVRouter == "" {
+		o.KVRouter = "kvrouter"
+	}
+	if o.Baseline == "" {
+		o.Baseline = "round-robin"
+	}
+	if o.SharedPrefix == "" {
+		o.SharedPrefix = "shared-prefix"
+	}
+}
+
+// Stat is a figure over seeds.
+type Stat struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+// StatOf summarises v (the zero Stat for no values).
+func StatOf(v []float64) Stat {
+	if len(v) == 0 {
+		return Stat{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stat{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
+}
+
+// Mark is a criterion's outcome on one row.
+type Mark string
+
+const (
+	Pass Mark = "pass"
+	Fail Mark = "fail"
+	// NA: the criterion does not apply (TTFT where kvrouter's goodput is 0) or cannot be
+	// judged (no peer ran, a report without ITL p90).
+	NA Mark = "n/a"
+)
+
+func markOf(ok bool) Mark {
+	if ok {
+		return Pass
+	}
+	return Fail
+}
+
+// FamilyBest is the best variant of one peer family on one row, by median goodput.
+type FamilyBest struct {
+	Family  string `json:"family"`
+	Policy  string `json:"policy"`
+	Goodput Stat   `json:"goodput_tok_s"`
+}
+
+// Compared is kvrouter's median of one latency figure against the lowest peer variant's.
+type Compared struct {
+	KVRouter Stat    `json:"kvrouter_s"`
+	Peer     string  `json:"peer,omitempty"`
+	Best     Stat    `json:"best_s"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	Mark     Mark    `json:"mark"`
+}
+
+// Row is the verdict on one workload at one rate.
+type Row struct {
+	Workload string  `json:"workload"`
+	Rate     float64 `json:"rate"`
+	// Headline is true at the report's headline rate.
+	Headline bool `json:"headline,omitempty"`
+	Seeds    int  `json:"seeds"`
+
+	Goodput     Stat         `json:"kvrouter_goodput_tok_s"`
+	BestPeer    string       `json:"best_peer,omitempty"`
+	BestFamily  string       `json:"best_family,omitempty"`
+	PeerGoodput Stat         `json:"best_peer_goodput_tok_s"`
+	Ratio       float64      `json:"goodput_ratio,omitempty"`
+	GoodputMark Mark         `json:"goodput_mark"`
+	Families    []FamilyBest `json:"families,omitempty"`
+
+	ITL  Compared `json:"itl_p90"`
+	TTFT Compared `json:"ttft_p90"`
+
+	// VsBaseline is kvrouter's median goodput over round-robin's (0: no round-robin run).
+	VsBaseline float64 `json:"vs_round_robin,omitempty"`
+
+	// Before is the same row of the -before run, when one was given and has it.
+	Before *BeforeRow `json:"before,omitempty"`
+}
+
+// BeforeRow is a row of the earlier run, for the before/after columns.
+type BeforeRow struct {
+	Goodput     Stat    `json:"kvrouter_goodput_tok_s"`
+	BestPeer    string  `json:"best_peer,omitempty"`
+	Ratio       float64 `json:"goodput_ratio,omitempty"`
+	GoodputMark Mark    `json:"goodput_mark"`
+	ITLMark     Mark    `json:"itl_mark"`
+	TTFTMark    Mark    `json:"ttft_mark"`
+}
+
+// Fails says which criteria the row fails.
+func (r *Row) Fails() []string {
+	var out []string
+	if r.GoodputMark == Fail {
+		out = append(out, "goodput")
+	}
+	if r.ITL.Mark == Fail {
+		out = append(out, "ITL p90")
+	}
+	if r.TTFT.Mark == Fail {
+		out = append(out, "TTFT p90")
+	}
+	return out
+}
+
+// SharedPrefixRatio is kvrouter's output throughput over round-robin's at one rate of the
+// shared-prefix workload (medians over seeds).
+type SharedPrefixRatio struct {
+	Rate       float64 `json:"rate"`
+	Headline   bool    `json:"headline,omitempty"`
+	KVRouter   float64 `json:"kvrouter_output_tok_s"`
+	RoundRobin float64 `json:"round_robin_output_tok_s"`
+	Ratio      float64 `json:"ratio"`
+	Mark       Mark    `json:"mark"`
+}
+
+// Count is how many rows pass, fail and cannot be judged on one criterion.
+type Count struct {
+	Pass int `json:"pass"`
+	Fail int `json:"fail"`
+	NA   int `json:"n_a"`
+}
+
+func (c *Count) add(m Mark) {
+	switch m {
+	case Pass:
+		c.Pass++
+	case Fail:
+		c.Fail++
+	default:
+		c.NA++
+	}
+}
+
+// Summary counts the rows per criterion.
+type Summary struct {
+	Rows    int   `json:"rows"`
+	Goodput Count `json:"goodput"`
+	ITL     Count `json:"itl_p90"`
+	TTFT    Count `json:"ttft_p90"`
+	// AllPass is the rows that pass every criterion that applies to them.
+	AllPass int `json:"all_pass"`
+}
+
+// Verdict is the whole comparison.
+type Verdict struct {
+	Criteria     Criteria            `json:"criteria"`
+	KVRouter     string              `json:"kvrouter"`
+	Rows         []Row               `json:"rows"`
+	SharedPrefix []SharedPrefixRatio `json:"shared_prefix,omitempty"`
+	Summary      Summary             `json:"summary"`
+	// BeforeSummary counts the -before run's rows (all of them, matched or not).
+	BeforeSummary *Summary `json:"before_summary,omitempty"`
+	// Skipped names workloads without a kvrouter run, or without any peer variant.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// FamilyOf returns policy's family as the report records it. A report written before families
+// were recorded (or a factory without one) gives the policy's own name, which would make a
+// baseline or a kvrouter variant look like a peer of its own: those names are recognised here.
+func FamilyOf(r *Report, policy string, resolve func(string) string) string {
+	f := r.Families[policy]
+	if (f == "" || f == policy) && resolve != nil {
+		f = resolve(policy)
+	}
+	if f != "" && f != policy {
+		return f
+	}
+	switch {
+	case strings.HasPrefix(policy, "kvrouter"):
+		return FamilyKVRouter
+	case strings.HasPrefix(policy, "oracle"):
+		return FamilyOracle
+	case policy == "round-robin" || policy == "random" || policy == "least-loaded" || policy == "session-affinity":
+		return FamilyBaseline
+	}
+	return policy
+}
+
+// IsPeer reports whether family is a peer router's (not kvrouter's, a baseline or an oracle).
+func IsPeer(family string) bool {
+	return family != FamilyKVRouter && family != FamilyBaseline && family != FamilyOracle
+}
+
+// samples is one policy's per-seed runs at one rate.
+type samples []metrics.Result
+
+func (s samples) stat(f func(*metrics.Result) float64) Stat {
+	v := make([]float64, len(s))
+	for i := range s {
+		v[i] = f(&s[i])
+	}
+	return StatOf(v)
+}
+
+func goodput(r *metrics.Result) float64 { return r.Goodput }
+func itlP90(r *metrics.Result) float64  { return r.ITLP90 }
+func ttftP90(r *metrics.Result) float64 { return r.TTFTP90 }
+func output(r *metrics.Result) float64  { return r.OutputThroughput }
+
+// workloadRuns gathers one workload's runs by rate and policy, from several reports of it.
+type workloadRuns struct {
+	name     string
+	headline float64
+	runs     map[float64]map[string]samples
+	family   map[string]string
+}
+
+// collect groups the reports by workload. A report with per-seed Runs contributes those; one
+// without (one seed, or written before Runs existed) contributes its Sweep (or Policies) entries
+// as one sample each.
+func collect(reports []*Report, resolve func(string) string) (map[string]*workloadRuns, error) {
+	out := map[string]*workloadRuns{}
+	for _, r := range reports {
+		w := out[r.Workload]
+		if w == nil {
+			w = &workloadRuns{name: r.Workload, headline: r.Rate, runs: map[float64]map[string]samples{}, family: map[string]string{}}
+			out[r.Workload] = w
+		}
+		var rs []metrics.Result
+		if len(r.Runs) > 0 {
+			for _, s := range r.Runs {
+				rs = append(rs, s.Result)
+			}
+		} else if len(r.Sweep) > 0 {
+			rs = r.Sweep
+		} else {
+			rs = r.Policies
+		}
+		seen := map[float64]map[string]bool{}
+		for _, res := range rs {
+			byPol := w.runs[res.Rate]
+			if byPol == nil {
+				byPol = map[string]samples{}
+				w.runs[res.Rate] = byPol
+			}
+			if seen[res.Rate] == nil {
+				seen[res.Rate] = map[string]bool{}
+			}
+			if !seen[res.Rate][res.Policy] && len(byPol[res.Policy]) > 0 {
+				return nil, fmt.Errorf("workload %s: policy %s at rate %g is in two reports", r.Workload, res.Policy, res.Rate)
+			}
+			seen[res.Rate][res.Policy] = true
+			byPol[res.Policy] = append(byPol[res.Policy], res)
+			w.family[res.Policy] = FamilyOf(r, res.Policy, resolve)
+		}
+	}
+	return out, nil
+}
+
+// ComputeVerdict judges the reports of one matrix run; before, when not empty, is the earlier
+// run whose kvrouter goodput and marks are shown beside each row.
+func ComputeVerdict(reports, before []*Report, o VerdictOptions) (*Verdict, error) {
+	o.defaults()
+	v, err := verdictOf(reports, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(before) == 0 {
+		return v, nil
+	}
+	b, err := verdictOf(before, o)
+	if err != nil {
+		return nil, fmt.Errorf("before: %w", err)
+	}
+	v.BeforeSummary = &b.Summary
+	type key struct {
+		w string
+		r float64
+	}
+	idx := map[key]*Row{}
+	for i := range b.Rows {
+		idx[key{b.Rows[i].Workload, b.Rows[i].Rate}] = &b.Rows[i]
+	}
+	for i := range v.Rows {
+		if br := idx[key{v.Rows[i].Workload, v.Rows[i].Rate}]; br != nil {
+			v.Rows[i].Before = &BeforeRow{Goodput: br.Goodput, BestPeer: br.BestPeer, Ratio: br.Ratio,
+				GoodputMark: br.GoodputMark, ITLMark: br.ITL.Mark, TTFTMark: br.TTFT.Mark}
+		}
+	}
+	return v, nil
+}
+
+func verdictOf(reports []*Report, o VerdictOptions) (*Verdict, error) {
+	byWorkload, err := collect(reports, o.Family)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(byWorkload))
+	for n := range byWorkload {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	v := &Verdict{Criteria: o.Criteria, KVRouter: o.KVRouter}
+	for _, n := range names {
+		w := byWorkload[n]
+		rates := make([]float64, 0, len(w.runs))
+		for r := range w.runs {
+			rates = append(rates, r)
+		}
+		sort.Float64s(rates)
+		judged := 0
+		for _, rate := range rates {
+			row, ok := judgeRow(w, rate, o)
+			if !ok {
+				continue
+			}
+			judged++
+			v.Rows = append(v.Rows, row)
+			v.Summary.Rows++
+			v.Summary.Goodput.add(row.GoodputMark)
+			v.Summary.ITL.add(row.ITL.Mark)
+			v.Summary.TTFT.add(row.TTFT.Mark)
+			if len(row.Fails()) == 0 {
+				v.Summary.AllPass++
+			}
+		}
+		if judged == 0 {
+			v.Skipped = append(v.Skipped, n)
+		}
+		if n == o.SharedPrefix {
+			for _, rate := range rates {
+				k, b := w.runs[rate][o.KVRouter], w.runs[rate][o.Baseline]
+				if len(k) == 0 || len(b) == 0 {
+					continue
+				}
+				sp := SharedPrefixRatio{Rate: rate, Headline: rate == w.headline,
+					KVRouter: k.stat(output).Median, RoundRobin: b.stat(output).Median}
+				sp.Ratio = ratio(sp.KVRouter, sp.RoundRobin)
+				sp.Mark = markOf(sp.Ratio >= o.Criteria.SharedPrefixTarget)
+				v.SharedPrefix = append(v.SharedPrefix, sp)
+			}
+		}
+	}
+	return v, nil
+}
+
+// judgeRow compares kvrouter with the peers at one rate; false when kvrouter or every peer
+// is missing there.
+func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
+	byPol := w.runs[rate]
+	k := byPol[o.KVRouter]
+	if len(k) == 0 {
+		return Row{}, false
+	}
+	row := Row{Workload: w.name, Rate: rate, Headline: rate == w.headline, Seeds: len(k),
+		Goodput: k.stat(goodput)}
+	pols := make([]string, 0, len(byPol))
+	for p := range byPol {
+		if IsPeer(w.family[p]) {
+			pols = append(pols, p)
+		}
+	}
+	if len(pols) == 0 {
+		return Row{}, false
+	}
+	// Sorted names make ties (equal medians) resolve the same way on every run.
+	sort.Strings(pols)
+	best := map[string]FamilyBest{}
+	var itlBest, ttftBest Compared
+	itlBest.Best.Median, ttftBest.Best.Median = math.Inf(1), math.Inf(1)
+	for _, p := range pols {
+		s := byPol[p]
+		row.Seeds = min(row.Seeds, len(s))
+		g := s.stat(goodput)
+		fam := w.family[p]
+		if b, ok := best[fam]; !ok || g.Median > b.Goodput.Median {
+			best[fam] = FamilyBest{Family: fam, Policy: p, Goodput: g}
+		}
+		// A report without ITL p90 (written before it existed) or a run that finished nothing
+		// has 0 there: not a low ITL.
+		if it := s.stat(itlP90); it.Median > 0 && it.Median < itlBest.Best.Median {
+			itlBest.Peer, itlBest.Best = p, it
+		}
+		if g.Median > 0 {
+			if tt := s.stat(ttftP90); tt.Median < ttftBest.Best.Median {
+				ttftBest.Peer, ttftBest.Best = p, tt
+			}
+		}
+	}
+	fams := make([]string, 0, len(best))
+	for f := range best {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	for _, f := range fams {
+		b := best[f]
+		row.Families = append(row.Families, b)
+		if row.BestPeer == "" || b.Goodput.Median > row.PeerGoodput.Median {
+			row.BestPeer, row.BestFamily, row.PeerGoodput = b.Policy, b.Family, b.Goodput
+		}
+	}
+	row.Ratio = ratio(row.Goodput.Median, row.PeerGoodput.Median)
+	row.GoodputMark = markOf(row.Goodput.Median >= (1-o.Criteria.GoodputSlack)*row.PeerGoodput.Median)
+
+	row.ITL = itlBest
+	row.ITL.KVRouter = k.stat(itlP90)
+	switch {
+	case row.ITL.Peer == "" || row.ITL.KVRouter.Median <= 0:
+		row.ITL.Mark = NA
+	default:
+		row.ITL.Ratio = ratio(row.ITL.KVRouter.Median, row.ITL.Best.Median)
+		row.ITL.Mark = markOf(row.ITL.KVRouter.Median <= o.Criteria.ITLFactor*row.ITL.Best.Median)
+	}
+	if row.ITL.Peer == "" {
+		row.ITL.Best = Stat{}
+	}
+
+	row.TTFT = ttftBest
+	row.TTFT.KVRouter = k.stat(ttftP90)
+	switch {
+	case row.TTFT.Peer == "" || row.Goodput.Median <= 0:
+		row.TTFT.Mark = NA
+	default:
+		row.TTFT.Ratio = ratio(row.TTFT.KVRouter.Median, row.TTFT.Best.Median)
+		row.TTFT.Mark = markOf(row.TTFT.KVRouter.Median <= row.TTFT.Best.Median)
+	}
+	if row.TTFT.Peer == "" {
+		row.TTFT.Best = Stat{}
+	}
+
+	if b := byPol[o.Baseline]; len(b) > 0 {
+		row.VsBaseline = ratio(row.Goodput.Median, b.stat(goodput).Median)
+	}
+	return row, true
+}
+
+// LoadReports reads report.json files. Each path is a report.json, a directory holding one, or
+// a directory whose subdirectories hold one each (what `kvbench simulate --out DIR` writes).
+func LoadReports(paths []string) ([]*Report, error) {
+	var files []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		if one := filepath.Join(p, "report.json"); isFile(one) {
+			files = append(files, one)
+			continue
+		}
+		sub, err := filepath.Glob(filepath.Join(p, "*", "report.json"))
+		if err != nil {
+			return nil, err
+		}
+		if len(sub) == 0 {
+			return nil, fmt.Errorf("%s: no report.json in it or in its subdirectories", p)
+		}
+		files = append(files, sub...)
+	}
+	out := make([]*Report, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// WriteVerdictMarkdown writes the verdict as Markdown (for docs/benchmarks.md): the table of
+// rows, the shared-prefix ratio, the per-criterion counts and the rows that fail.
+func WriteVerdictMarkdown(w io.Writer, v *Verdict) error {
+	before := v.BeforeSummary != nil
+	c := v.Criteria
+	fmt.Fprintf(w, "%s against the best variant of each peer family, per workload and rate: medians over seeds, [min–max] over seeds; "+
+		"the best peer is the variant with the highest median goodput, the ITL and TTFT references are the lowest median p90 among "+
+		"peer variants (TTFT among those with non-zero goodput). Marks: goodput ≥ best − %.0f %%, ITL p90 ≤ %.2g × best, TTFT p90 ≤ best "+
+		"(where %s's goodput is non-zero). Rate in bold: the workload's headline rate.\n\n",
+		v.KVRouter, 100*c.GoodputSlack, c.ITLFactor, v.KVRouter)
+	fmt.Fprint(w, "| workload | rate | seeds | kvrouter goodput tok/s | best peer | its goodput | ratio | ✓ | ITL p90 | best peer ITL p90 | ratio | ✓ | TTFT p90 | best peer TTFT p90 | ratio | ✓ | × round-robin |")
+	if before {
+		fmt.Fprint(w, " before: goodput | before: ✓ |")
+	}
+	fmt.Fprint(w, "\n|---|---:|---:|---:|---|---:|---:|:-:|---:|---:|---:|:-:|---:|---:|---:|:-:|---:|")
+	if before {
+		fmt.Fprint(w, "---:|:-:|")
+	}
+	fmt.Fprintln(w)
+	for i := range v.Rows {
+		r := &v.Rows[i]
+		rate := fmt.Sprintf("%g", r.Rate)
+		if r.Headline {
+			rate = "**" + rate + "**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+			r.Workload, rate, r.Seeds, statTok(r.Goodput), r.BestPeer, statTok(r.PeerGoodput), ratioCell(r.Ratio), markCell(r.GoodputMark),
+			statSecs(r.ITL.KVRouter), peerSecs(r.ITL), ratioCell(r.ITL.Ratio), markCell(r.ITL.Mark),
+			statSecs(r.TTFT.KVRouter), peerSecs(r.TTFT), ratioCell(r.TTFT.Ratio), markCell(r.TTFT.Mark), ratioCell(r.VsBaseline))
+		if before {
+			if b := r.Before; b != nil {
+				fmt.Fprintf(w, " %s | %s%s%s |", statTok(b.Goodput), markCell(b.GoodputMark), markCell(b.ITLMark), markCell(b.TTFTMark))
+			} else {
+				fmt.Fprint(w, " – | – |")
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	if len(v.SharedPrefix) > 0 {
+		fmt.Fprintf(w, "Shared-prefix output throughput, %s over round-robin (target ≥ %.2g×):", v.KVRouter, c.SharedPrefixTarget)
+		for i, s := range v.SharedPrefix {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			head := ""
+			if s.Headline {
+				head = " (headline)"
+			}
+			fmt.Fprintf(w, "%s %g QPS%s %.0f vs %.0f tok/s = **%.2f×** %s", sep, s.Rate, head, s.KVRouter, s.RoundRobin, s.Ratio, markCell(s.Mark))
+		}
+		fmt.Fprint(w, ".\n\n")
+	}
+	fmt.Fprintln(w, "| criterion | pass | fail | n/a |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	line := func(name string, c Count, b *Count) {
+		if b != nil {
+			fmt.Fprintf(w, "| %s | %d (before %d) | %d (before %d) | %d (before %d) |\n", name, c.Pass, b.Pass, c.Fail, b.Fail, c.NA, b.NA)
+			return
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", name, c.Pass, c.Fail, c.NA)
+	}
+	var bg, bi, bt *Count
+	if before {
+		bg, bi, bt = &v.BeforeSummary.Goodput, &v.BeforeSummary.ITL, &v.BeforeSummary.TTFT
+	}
+	line(fmt.Sprintf("goodput ≥ best peer − %.0f %%", 100*c.GoodputSlack), v.Summary.Goodput, bg)
+	line(fmt.Sprintf("ITL p90 ≤ %.2g × best peer", c.ITLFactor), v.Summary.ITL, bi)
+	line("TTFT p90 ≤ best peer", v.Summary.TTFT, bt)
+	if before {
+		fmt.Fprintf(w, "| every criterion | %d of %d rows (before %d of %d) | | |\n", v.Summary.AllPass, v.Summary.Rows, v.BeforeSummary.AllPass, v.BeforeSummary.Rows)
+	} else {
+		fmt.Fprintf(w, "| every criterion | %d of %d rows | | |\n", v.Summary.AllPass, v.Summary.Rows)
+	}
+	fmt.Fprintln(w)
+	var fails []string
+	for i := range v.Rows {
+		r := &v.Rows[i]
+		var why []string
+		if r.GoodputMark == Fail {
+			why = append(why, fmt.Sprintf("goodput %+.1f %% vs %s", 100*(r.Ratio-1), r.BestPeer))
+		}
+		if r.ITL.Mark == Fail {
+			why = append(why, fmt.Sprintf("ITL p90 %.2f× %s", r.ITL.Ratio, r.ITL.Peer))
+		}
+		if r.TTFT.Mark == Fail {
+			why = append(why, fmt.Sprintf("TTFT p90 %.2f× %s", r.TTFT.Ratio, r.TTFT.Peer))
+		}
+		if len(why) > 0 {
+			fails = append(fails, fmt.Sprintf("- %s at %g: %s", r.Workload, r.Rate, strings.Join(why, "; ")))
+		}
+	}
+	if len(fails) > 0 {
+		fmt.Fprintf(w, "Rows where %s loses:\n\n%s\n\n", v.KVRouter, strings.Join(fails, "\n"))
+	}
+	if len(v.Skipped) > 0 {
+		fmt.Fprintf(w, "Not judged (no %s run or no peer variant): %s.\n\n", v.KVRouter, strings.Join(v.Skipped, ", "))
+	}
+	return nil
+}
+
+func statTok(s Stat) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 || s.Min == s.Max {
+		return fmt.Sprintf("%.0f", s.Median)
+	}
+	return fmt.Sprintf("%.0f [%.0f–%.0f]", s.Median, s.Min, s.Max)
+}
+
+func statSecs(s Stat) string {
+	if s.N == 0 || s.Median == 0 && s.Max == 0 {
+		return "–"
+	}
+	lo, hi := fineSecs(s.Min), fineSecs(s.Max)
+	if s.N == 1 || lo == hi {
+		return fineSecs(s.Median)
+	}
+	return fmt.Sprintf("%s [%s–%s]", fineSecs(s.Median), lo, hi)
+}
+
+func peerSecs(c Compared) string {
+	if c.Peer == "" {
+		return "–"
+	}
+	return fmt.Sprintf("%s (%s)", fineSecs(c.Best.Median), c.Peer)
+}
+
+// fineSecs is secs with a tenth of a millisecond below 100 ms: ITL p90s of a few milliseconds
+// are compared at 10 %.
+func fineSecs(s float64) string {
+	if s < 0.1 {
+		return fmt.Sprintf("%.1fms", s*1000)
+	}
+	return secs(s)
+}
+
+func ratioCell(x float64) string {
+	if x == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", x)
+}
+
+func markCell(m Mark) string {
+	switch m {
+	case Pass:
+		return "✓"
+	case Fail:
+		return "✗"
+	}
+	return "–"
+}

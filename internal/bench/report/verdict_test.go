@@ -1,0 +1,246 @@
+/*
+Copyright 2026 The kvrouter Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package report
+
+import (
+	"bytes"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/bench/metrics"
+)
+
+// fig is one policy's per-seed figures at one rate: goodput, ITL p90, TTFT p90 (one value per
+// seed; a single value is repeated for every seed).
+type fig struct {
+	policy           string
+	rate             float64
+	goodput, itl, tt []float64
+}
+
+func at(v []float64, i int) float64 {
+	if len(v) == 1 {
+		return v[0]
+	}
+	return v[i]
+}
+
+// matrixReport builds a simulate report with nSeeds per-seed runs per figure.
+func matrixReport(name string, headline float64, nSeeds int, fams map[string]string, figs ...fig) *Report {
+	r := &Report{Workload: name, Mode: "simulate", Seed: 42, Rate: headline}
+	for p, f := range fams {
+		r.SetFamily(p, f)
+	}
+	for i := range nSeeds {
+		r.Seeds = append(r.Seeds, 42+uint64(i))
+	}
+	for _, f := range figs {
+		var runs []metrics.Result
+		for i := range nSeeds {
+			g := at(f.goodput, i)
+			res := metrics.Result{Policy: f.policy, Rate: f.rate, Goodput: g, OutputThroughput: g, ITLP90: at(f.itl, i), TTFTP90: at(f.tt, i)}
+			runs = append(runs, res)
+			r.Runs = append(r.Runs, SeedRun{Seed: 42 + uint64(i), Result: res})
+		}
+		r.Sweep = append(r.Sweep, metrics.Mean(runs))
+	}
+	return r
+}
+
+var families = map[string]string{
+	"kvrouter": "kvrouter", "kvrouter-prefill": "kvrouter", "round-robin": "baseline", "oracle": "oracle",
+	"dynamo": "dynamo", "dynamo-queue": "dynamo", "llmd-precise": "llm-d", "llmd-precise-fc": "llm-d",
+}
+
+// alpha: at rate 5 kvrouter passes every criterion; at rate 10 (the headline) it fails every one.
+func alpha(kvrouterGoodputAt10 float64) *Report {
+	v := func(x ...float64) []float64 { return x }
+	return matrixReport("alpha", 10, 3, families,
+		// Rate 5. kvrouter's median goodput is 100 (seeds 120, 90, 100: odd count).
+		fig{"kvrouter", 5, v(120, 90, 100), v(0.030), v(1.0)},
+		// kvrouter's own variants and the oracle are not peers, however good.
+		fig{"kvrouter-prefill", 5, v(500), v(0.001), v(0.01)},
+		fig{"oracle", 5, v(500), v(0.001), v(0.01)},
+		fig{"round-robin", 5, v(50), v(0.020), v(0.5)},
+		// dynamo has the best single seed (300) but the lower median (97): the best variant of
+		// the dynamo family, and the best peer, is dynamo-queue (99).
+		fig{"dynamo", 5, v(95, 300, 97), v(0.029), v(1.3)},
+		fig{"dynamo-queue", 5, v(99), v(0.028), v(1.2)},
+		// llmd-precise finished nothing in time: its low TTFT is not a reference, and its ITL
+		// p90 of 0 (missing) is not the lowest.
+		fig{"llmd-precise", 5, v(0), v(0), v(0.1)},
+		fig{"llmd-precise-fc", 5, v(98), v(0.040), v(1.4)},
+
+		fig{"kvrouter", 10, v(kvrouterGoodputAt10), v(0.050), v(2.0)},
+		fig{"round-robin", 10, v(40), v(0.020), v(5)},
+		fig{"dynamo", 10, v(85), v(0.030), v(1.5)},
+		fig{"llmd-precise", 10, v(90, 91, 89), v(0.035), v(1.8)},
+	)
+}
+
+func TestStatOfMedian(t *testing.T) {
+	if s := StatOf([]float64{3, 1, 2}); s != (Stat{Median: 2, Min: 1, Max: 3, N: 3}) {
+		t.Errorf("odd: %+v", s)
+	}
+	if s := StatOf([]float64{4, 1, 3, 2}); s != (Stat{Median: 2.5, Min: 1, Max: 4, N: 4}) {
+		t.Errorf("even: %+v", s)
+	}
+	if s := StatOf(nil); s != (Stat{}) {
+		t.Errorf("empty: %+v", s)
+	}
+}
+
+func TestVerdictRows(t *testing.T) {
+	v := func(x ...float64) []float64 { return x }
+	// shared-prefix with two seeds (an even count: the median is the mean of the two).
+	sp := matrixReport("shared-prefix", 40, 2, families,
+		fig{"kvrouter", 40, v(200, 220), v(0.02), v(1)},
+		fig{"round-robin", 40, v(90, 110), v(0.02), v(3)},
+		fig{"dynamo", 40, v(205, 215), v(0.02), v(1)},
+		fig{"kvrouter", 60, v(300, 320), v(0.02), v(1)},
+		fig{"round-robin", 60, v(100, 200), v(0.02), v(3)},
+		fig{"dynamo", 60, v(300), v(0.02), v(1)},
+	)
+	verdict, err := ComputeVerdict([]*Report{sp, alpha(80)}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(verdict.Rows) != 4 {
+		t.Fatalf("want 4 rows (alpha 5, 10, shared-prefix 40, 60), got %+v", verdict.Rows)
+	}
+	pass := verdict.Rows[0]
+	if pass.Workload != "alpha" || pass.Rate != 5 || pass.Headline || pass.Seeds != 3 {
+		t.Fatalf("row 0: %+v", pass)
+	}
+	if pass.Goodput != (Stat{Median: 100, Min: 90, Max: 120, N: 3}) {
+		t.Errorf("kvrouter goodput %+v, want median 100 [90–120]", pass.Goodput)
+	}
+	if pass.BestPeer != "dynamo-queue" || pass.BestFamily != "dynamo" || pass.PeerGoodput.Median != 99 {
+		t.Errorf("best peer %s (%s) %v, want dynamo-queue (dynamo) 99", pass.BestPeer, pass.BestFamily, pass.PeerGoodput)
+	}
+	if len(pass.Families) != 2 || pass.Families[0].Policy != "dynamo-queue" || pass.Families[1].Policy != "llmd-precise-fc" {
+		t.Errorf("family bests %+v, want dynamo-queue and llmd-precise-fc", pass.Families)
+	}
+	if pass.GoodputMark != Pass || pass.ITL.Mark != Pass || pass.TTFT.Mark != Pass || len(pass.Fails()) != 0 {
+		t.Errorf("row 0 marks %s %s %s, want all pass", pass.GoodputMark, pass.ITL.Mark, pass.TTFT.Mark)
+	}
+	if pass.ITL.Peer != "dynamo-queue" || pass.ITL.Best.Median != 0.028 {
+		t.Errorf("ITL reference %s %v, want dynamo-queue 0.028", pass.ITL.Peer, pass.ITL.Best)
+	}
+	if pass.TTFT.Peer != "dynamo-queue" || pass.TTFT.Best.Median != 1.2 {
+		t.Errorf("TTFT reference %s %v, want dynamo-queue 1.2 (llmd-precise has no goodput)", pass.TTFT.Peer, pass.TTFT.Best)
+	}
+	if pass.VsBaseline != 2 {
+		t.Errorf("× round-robin %v, want 2", pass.VsBaseline)
+	}
+
+	fail := verdict.Rows[1]
+	if fail.Rate != 10 || !fail.Headline || fail.BestPeer != "llmd-precise" || fail.PeerGoodput.Median != 90 {
+		t.Fatalf("row 1: %+v", fail)
+	}
+	if fail.GoodputMark != Fail || fail.ITL.Mark != Fail || fail.TTFT.Mark != Fail {
+		t.Errorf("row 1 marks %s %s %s, want all fail", fail.GoodputMark, fail.ITL.Mark, fail.TTFT.Mark)
+	}
+	if fail.ITL.Peer != "dynamo" || math.Abs(fail.ITL.Ratio-0.05/0.03) > 1e-9 || fail.TTFT.Peer != "dynamo" {
+		t.Errorf("row 1 references: ITL %+v TTFT %+v", fail.ITL, fail.TTFT)
+	}
+
+	// The even seed count: kvrouter 210 (200, 220), round-robin 100 (90, 110) at the headline.
+	if len(verdict.SharedPrefix) != 2 {
+		t.Fatalf("shared-prefix ratios %+v", verdict.SharedPrefix)
+	}
+	if s := verdict.SharedPrefix[0]; s.Rate != 40 || !s.Headline || s.KVRouter != 210 || s.RoundRobin != 100 || s.Mark != Pass {
+		t.Errorf("shared-prefix at 40: %+v, want 210/100 = 2.1 pass", s)
+	}
+	if s := verdict.SharedPrefix[1]; s.Ratio != 310.0/150 || s.Mark != Fail {
+		t.Errorf("shared-prefix at 60: %+v, want 310/150 fail", s)
+	}
+	sum := verdict.Summary
+	if sum.Rows != 4 || sum.Goodput != (Count{Pass: 3, Fail: 1}) || sum.ITL != (Count{Pass: 3, Fail: 1}) ||
+		sum.TTFT != (Count{Pass: 3, Fail: 1}) || sum.AllPass != 3 {
+		t.Errorf("summary %+v", sum)
+	}
+}
+
+// With -before, each row shows the earlier kvrouter goodput and marks, and the summary both.
+func TestVerdictBefore(t *testing.T) {
+	v, err := ComputeVerdict([]*Report{alpha(95)}, []*Report{alpha(60)}, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := v.Rows[1]
+	if r.Before == nil || r.Before.Goodput.Median != 60 || r.Before.GoodputMark != Fail || r.GoodputMark != Pass {
+		t.Fatalf("before %+v, after %s", r.Before, r.GoodputMark)
+	}
+	if v.BeforeSummary == nil || v.BeforeSummary.Goodput.Fail != 1 || v.Summary.Goodput.Fail != 0 {
+		t.Fatalf("summaries %+v / %+v", v.Summary, v.BeforeSummary)
+	}
+	var b bytes.Buffer
+	if err := WriteVerdictMarkdown(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| alpha | **10** | 3 | 95 | llmd-precise | 90 [89–91] | 1.056 | ✓ | 50.0ms | 30.0ms (dynamo) | 1.667 | ✗ |",
+		"| 60 | ✗✗✗ |",
+		"| goodput ≥ best peer − 1 % | 2 (before 1) | 0 (before 1) |",
+		"- alpha at 10: ITL p90 1.67× dynamo; TTFT p90 1.33× dynamo",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// A report written before families were recorded: the baselines and kvrouter's variants are
+// still not peers, and a resolver (the peers package, in kvbench) names the real families.
+func TestFamilyOfWithoutRecord(t *testing.T) {
+	r := &Report{}
+	for p, want := range map[string]string{"round-robin": FamilyBaseline, "kvrouter-decode": FamilyKVRouter, "oracle-bounded": FamilyOracle, "dynamo": "dynamo"} {
+		if got := FamilyOf(r, p, nil); got != want {
+			t.Errorf("FamilyOf(%s) = %s, want %s", p, got, want)
+		}
+	}
+	if got := FamilyOf(r, "dynamo-queue", func(string) string { return "dynamo" }); got != "dynamo" {
+		t.Errorf("resolver ignored: %s", got)
+	}
+}
+
+// The same policy and rate in two reports of one workload is a mistake (two runs mixed up), not
+// more seeds.
+func TestVerdictRejectsDuplicates(t *testing.T) {
+	if _, err := ComputeVerdict([]*Report{alpha(80), alpha(80)}, nil, VerdictOptions{}); err == nil {
+		t.Fatal("want an error for a workload given twice")
+	}
+}
+
+// Reports round-trip through report.json with their per-seed runs and families.
+func TestLoadReportsKeepsRuns(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteFiles(filepath.Join(dir, "alpha"), alpha(80)); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := LoadReports([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || len(rs[0].Runs) != 3*12 || rs[0].Runs[1].Seed != 43 || rs[0].Runs[1].Goodput != 90 || rs[0].Families["dynamo-queue"] != "dynamo" {
+		t.Fatalf("loaded %+v", rs)
+	}
+}
