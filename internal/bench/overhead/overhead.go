@@ -162,12 +162,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	targets := []target{{name: "direct", urls: engines}, {name: "plain", urls: []string{plainURL}, p: plain}}
 	for _, r := range cfg.Routers {
-		port, err1 := freePort()
-		admin, err2 := freePort()
-		debug, err3 := freePort()
-		if err := errors.Join(err1, err2, err3); err != nil {
+		ports, err := freePorts(3)
+		if err != nil {
 			return nil, err
 		}
+		port, admin, debug := ports[0], ports[1], ports[2]
 		args := []string{"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--admin-addr", "127.0.0.1:" + strconv.Itoa(admin),
 			"--endpoints-file", endpoints, "--block-size", "16", "--log-level", "warn"}
 		debugAddr := ""
@@ -368,12 +367,27 @@ func portBlocks(n int) (http, events int, err error) {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
+}
+
+// freePorts returns n distinct free loopback ports. They are held open until all n are picked:
+// picked one at a time, the kernel may hand the same port out twice (a router was once given
+// one port for both --port and --admin-addr).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // proc is a started process; its output goes to a log file that is shown when it fails.
