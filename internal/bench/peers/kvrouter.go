@@ -66,7 +66,10 @@ const routerScrapeInterval = 1.0
 
 // Stats reports how often each decision reason and request shape came up, which is what explains
 // a kvrouter result (e.g. how often the prefix holder was judged saturated).
-func (p *kvrouter) Stats() map[string]float64 { return p.reasons }
+func (p *kvrouter) Stats() map[string]float64 {
+	p.reasons["policy_reuse_share"] = p.pol.Reuse()
+	return p.reasons
+}
 
 type kvrDispatch struct {
 	ticket *loadsignal.Ticket

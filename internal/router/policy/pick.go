@@ -120,6 +120,11 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	// priced there, interference steered misses away from the engines with the most streams
 	// and left backlogs uneven (thrashing at 2× saturation lost 4 % of its throughput).
 	overloaded := p.overloaded(eps, cands)
+	fewest := math.MaxInt
+	for i := range cands {
+		fewest = min(fewest, cands[i].streams)
+	}
+	shared := float64(fewest) * (1 - p.reuse) // see interference
 	for i := range cands {
 		// Auto scores every request by its predicted TTFT, which charges each endpoint the
 		// prefix it would recompute: a released decode-shaped request goes where it is
@@ -131,7 +136,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 		// KV-pressure release gate (saturated).
 		c := &cands[i]
 		if !overloaded {
-			c.interfere = p.interference(eps[c.idx].Name, c)
+			c.interfere = p.interference(eps[c.idx].Name, c, shared)
 		}
 		c.loadScore = c.ttft + c.interfere
 	}
@@ -167,6 +172,9 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 			}
 		}
 		holder := p.holder(cands, req.PromptTokens)
+		if req.Tokenized && req.PromptTokens >= cfg.BlockSize {
+			commit.startsPrefix, commit.followed = true, holder >= 0
+		}
 		switch {
 		case holder < 0:
 			// Only a tokenized prompt of at least one block starts a prefix that the index
@@ -203,19 +211,26 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	return d
 }
 
-// interference is what computing c's uncached prompt on an endpoint costs the streams decoding
-// there, in request-seconds: vLLM's chunked prefill runs the prompt in the same steps as the
-// running decodes, each step's duration grows with its prefill tokens at the rate the TTFT model
-// learns (its slope, seconds per prefill token, fitted online from every first token), and
-// every decoding stream waits that step. So each stream past its first token loses about
-// slope × uncached seconds of its inter-token time while the prompt is computed. It is what a
-// long uncached prompt placed beside many decodes costs their ITL, and what a prefix holder
-// saves them by computing only the suffix. Streams still waiting for their first token are not
-// counted: they lose no inter-token time, and under overload they are most of an endpoint's
-// streams (counting them sent misses away from the busiest holders and cost thrashing at 2×
-// saturation 4 % of its throughput).
-func (p *Policy) interference(name string, c *candidate) float64 {
-	return float64(c.streams) * p.slope(name) * float64(c.uncached)
+// interference is what computing c's uncached prompt on an endpoint costs the streams there, in
+// request-seconds: vLLM's chunked prefill runs the prompt in the same steps as the running
+// decodes, each step's duration grows with its prefill tokens at the rate the TTFT model learns
+// (its slope, seconds per prefill token, fitted online from every first token), and every
+// stream in the batch waits that step. So each stream loses about slope × uncached seconds
+// while the prompt is computed. It is what a long uncached prompt placed beside many decodes
+// costs their ITL, and what a prefix holder saves them by computing only the suffix.
+//
+// shared streams are left out of the count: the streams every candidate has, scaled by how
+// little the traffic follows its prefixes (Evaluate passes fewest × (1 − reuse)). Those streams
+// are stalled wherever the prompt goes, and priced in full they make every price alike on a
+// busy fleet, so the caps that compare prices as ratios (place's cost cap, releaseTarget's tie
+// tolerance) let through engines with a later first token. Where prefixes are followed that
+// looseness is what lets the placement counts spread new prefixes for the traffic they will
+// draw (shared-prefix at 40 QPS lost 4 % of its goodput with the shared streams left out
+// whatever the reuse); where prompts are not reused it only costs first tokens (unique prompts at
+// 30 QPS: TTFT p90 1.34× SGLang's priced in full, 1.19× weighted by reuse; docs/benchmarks.md,
+// issue 18).
+func (p *Policy) interference(name string, c *candidate, shared float64) float64 {
+	return max(0, float64(c.streams)-shared) * p.slope(name) * float64(c.uncached)
 }
 
 // credit converts what an endpoint holds into tokens the request does not have to compute,

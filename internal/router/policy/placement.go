@@ -81,6 +81,14 @@ func (p *Policy) place(cands []candidate, spread, byKV bool) int {
 	return chosen
 }
 
+// reuseMemory is how many prefix-starting requests the reuse share remembers.
+const reuseMemory = 64
+
+// Reuse reports the decayed share of recent prefix-starting requests that found a holder worth
+// following (1 until traffic says otherwise): how far the interference price counts the streams
+// every endpoint has (see interference).
+func (p *Policy) Reuse() float64 { return p.reuse }
+
 // better orders cold-placement candidates: the adapter active there before a free adapter slot
 // before adapters unknown before no free slot (a LoRA request), then a KV cache emptier by more
 // than kvBand, then fewer recent placements (when spread), then fewer streams, lower TTFT, lower
@@ -134,6 +142,9 @@ type pendingCommit struct {
 	// newcomers are endpoints seen for the first time, levelled to level placements.
 	newcomers []string
 	level     float64
+	// startsPrefix: the request could start a prefix and counts in the reuse share; followed: it
+	// found a holder.
+	startsPrefix, followed bool
 }
 
 // Commit records that d, a decision of Evaluate, was acted on: the request was sent where d says.
@@ -147,6 +158,13 @@ func (p *Policy) Commit(d Decision) {
 	}
 	if d.Endpoint == "" {
 		return
+	}
+	if c.startsPrefix {
+		v := 0.0
+		if c.followed {
+			v = 1
+		}
+		p.reuse += (v - p.reuse) / reuseMemory
 	}
 	if c.roundRobin {
 		p.rr++

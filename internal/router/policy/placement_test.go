@@ -16,7 +16,10 @@ limitations under the License.
 
 package policy
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestColdRequestsSpreadAndFreshEndpointIsNotStarved(t *testing.T) {
 	p := New(Config{Kind: Auto})
@@ -110,12 +113,20 @@ func TestInterferencePricesDecodingStreams(t *testing.T) {
 	if d := p.Pick(prefillReq(32000), eps); d.Endpoint == "e1" {
 		t.Fatalf("placed behind a 400K-token queue to spare 2 streams: %+v", d)
 	}
-	e0, e1 := p.interference("e0", &candidate{streams: 30, uncached: 16000}), p.interference("e1", &candidate{streams: 4, uncached: 16000})
+	e0, e1 := p.interference("e0", &candidate{streams: 30, uncached: 16000}, 0), p.interference("e1", &candidate{streams: 4, uncached: 16000}, 0)
 	if !(e0 > 7*e1) || !(e0 > 0) {
 		t.Fatalf("interference %v on 30 streams, %v on 4", e0, e1)
 	}
-	if got := p.interference("e0", &candidate{streams: 30, uncached: 0}); got != 0 {
+	if got := p.interference("e0", &candidate{streams: 30, uncached: 0}, 0); got != 0 {
 		t.Fatalf("a fully cached prompt interferes: %v", got)
+	}
+	// Shared streams (those every candidate has, as far as the traffic is not reused) are not
+	// priced.
+	if got := p.interference("e0", &candidate{streams: 12, uncached: 16000}, 12); got != 0 {
+		t.Fatalf("shared streams priced: %v", got)
+	}
+	if a := p.interference("e0", &candidate{streams: 30, uncached: 16000}, 26); math.Abs(a-e1) > 1e-12 {
+		t.Fatalf("30 streams with 26 shared priced %v, 4 streams with none %v", a, e1)
 	}
 }
 
@@ -141,5 +152,75 @@ func TestNewPrefixPrefersEmptierCache(t *testing.T) {
 	eps[0].Load.KVUsage, eps[1].Load.KVUsage = 0.35, 0.3
 	if d := p.Pick(prefillReq(7200), eps); d.Endpoint != "e0" {
 		t.Fatalf("within the band, placement counts ignored: %+v", d)
+	}
+}
+
+// Interference among busy engines: where prompts are not reused, a long uncached prompt whose
+// first token comes as soon everywhere avoids the engine decoding 2 more streams than the rest
+// (within the bounded-load cap) even if the placement counts favour it. Where the traffic
+// follows its prefixes (a new policy assumes it does), the streams every engine has are priced
+// too, the prices are alike (16.6 s against 15.2 s, within the cost cap), and the counts spread
+// the new prefix there for the traffic it will draw.
+func TestInterferenceAmongBusyEngines(t *testing.T) {
+	busy := func(p *Policy, cold int) []Endpoint {
+		eps := fleet(4)
+		// e1..e3 were given the new prefixes lately: by the counts e0 is the first choice.
+		for i := range cold {
+			d := p.Evaluate(prefillReq(7200), eps)
+			d.Endpoint = eps[1+i%3].Name
+			p.Commit(d)
+		}
+		eps[0].Load = Load{InFlight: 22}
+		for i := 1; i < 4; i++ {
+			eps[i].Load = Load{InFlight: 20}
+		}
+		return eps
+	}
+	p := New(Config{Kind: Auto})
+	eps := busy(p, 300) // 300 prompts in a row that no engine held
+	for i := range 8 {
+		r := prefillReq(7200)
+		r.TieBreak = uint64(i)
+		if d := p.Evaluate(r, eps); d.Endpoint == "e0" {
+			t.Fatalf("unreused traffic: a 7,200-token prompt placed beside 22 decoding streams rather than 20: %+v", d)
+		}
+	}
+	eps[0].Load = Load{InFlight: 20}
+	if d := p.Evaluate(prefillReq(7200), eps); d.Endpoint != "e0" {
+		t.Fatalf("with even streams the least placed engine was not chosen: %+v", d)
+	}
+	q := New(Config{Kind: Auto})
+	eps = busy(q, 3)
+	if d := q.Evaluate(prefillReq(7200), eps); d.Endpoint != "e0" {
+		t.Fatalf("traffic taken to follow its prefixes: the least placed engine within the caps was not chosen: %+v", d)
+	}
+}
+
+// The reuse share follows the traffic: requests that find a holder raise it, cold prompts lower
+// it, and requests too short to start a prefix leave it alone.
+func TestReuseShareFollowsTraffic(t *testing.T) {
+	p := New(Config{Kind: Auto, BlockSize: 16})
+	eps := fleet(2)
+	for range 200 {
+		p.Pick(prefillReq(4000), eps)
+	}
+	if p.reuse > 0.05 {
+		t.Fatalf("reuse %.3f after 200 cold prompts", p.reuse)
+	}
+	low := p.reuse
+	for range 50 {
+		p.Pick(Request{PromptTokens: 8, Tokenized: true}, eps)
+	}
+	if p.reuse != low {
+		t.Fatalf("sub-block prompts moved the reuse share: %.3f → %.3f", low, p.reuse)
+	}
+	eps[1].Cached = Cached{GPU: 3900}
+	for range 200 {
+		if d := p.Pick(prefillReq(4000), eps); d.Reason != ReasonPrefix {
+			t.Fatalf("not routed to the holder: %+v", d)
+		}
+	}
+	if p.reuse < 0.95 {
+		t.Fatalf("reuse %.3f after 200 requests that found their holder", p.reuse)
 	}
 }

@@ -39,6 +39,10 @@ type Policy struct {
 	placed map[string]float64
 	// outCapped and outUncapped learn the share of its cap a request uses (ObserveOutput).
 	outCapped, outUncapped outputStat
+	// reuse is the decayed share of prefix-starting requests (a tokenized prompt of at least
+	// one block) that found a holder worth following: how much the traffic follows its
+	// prefixes (see interference). It starts at 1, the behaviour before any traffic is seen.
+	reuse float64
 	// scratch buffers, reused across calls to keep Pick allocation-light.
 	scores []candidate
 }
@@ -46,7 +50,7 @@ type Policy struct {
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
 	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel),
-		decode: make(map[string]*LatencyModel), placed: make(map[string]float64)}
+		decode: make(map[string]*LatencyModel), placed: make(map[string]float64), reuse: 1}
 }
 
 // Config returns the effective configuration (defaults filled in).
