@@ -23,6 +23,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -102,12 +103,8 @@ func StatOf(v []float64) Stat {
 	if len(v) == 0 {
 		return Stat{}
 	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
+	s := slices.Clone(v)
+	m := metrics.Percentile(s, 50) // sorts s
 	return Stat{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
 }
 

@@ -51,35 +51,30 @@ func (p *Policy) ObserveOutput(maxTokens, output int) {
 	if !capped {
 		maxTokens = p.cfg.DefaultMaxTokens
 	}
-	share := min(1, float64(output)/float64(maxTokens))
-	if capped {
-		p.outCapped.observe(share)
-	} else {
-		p.outUncapped.observe(share)
-	}
+	p.outStat(capped).observe(min(1, float64(output)/float64(maxTokens)))
 }
 
 // OutputShare reports the learned share of the cap that answers use, for requests with (capped)
 // or without a max_tokens, and how many finished requests it has seen; the share is 1 (every
 // request priced at its cap) until outputCalibrated have.
 func (p *Policy) OutputShare(capped bool) (share float64, observations int) {
-	o := &p.outUncapped
-	if capped {
-		o = &p.outCapped
-	}
-	return p.outputShare(capped), o.n
+	return p.outputShare(capped), p.outStat(capped).n
 }
 
 // outputShare is the learned share of the cap used by requests with (capped) or without a
 // max_tokens; 1 until enough have finished. It stays above a small floor so that a burst of
 // requests that stopped at once (errors, cancellations) does not make decode look free.
 func (p *Policy) outputShare(capped bool) float64 {
-	o := &p.outUncapped
-	if capped {
-		o = &p.outCapped
-	}
+	o := p.outStat(capped)
 	if o.n < outputCalibrated {
 		return 1
 	}
 	return max(0.05, o.share)
+}
+
+func (p *Policy) outStat(capped bool) *outputStat {
+	if capped {
+		return &p.outCapped
+	}
+	return &p.outUncapped
 }

@@ -69,6 +69,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	cands := p.scores[:0]
 	newcomers := false
 	ready := 0
+	fewest := math.MaxInt // active streams on the least busy candidate
 	for i := range eps {
 		e := &eps[i]
 		if !e.Ready {
@@ -101,6 +102,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 		c.placed, c.counted = p.placed[e.Name]
 		newcomers = newcomers || !c.counted
 		cands = append(cands, c)
+		fewest = min(fewest, streams)
 	}
 	p.scores = cands
 	if ready == 0 {
@@ -120,10 +122,6 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 	// priced there, interference steered misses away from the engines with the most streams
 	// and left backlogs uneven (thrashing at 2× saturation lost 4 % of its throughput).
 	overloaded := p.overloaded(eps, cands)
-	fewest := math.MaxInt
-	for i := range cands {
-		fewest = min(fewest, cands[i].streams)
-	}
 	shared := float64(fewest) * (1 - p.reuse) // see interference
 	for i := range cands {
 		// Auto scores every request by its predicted TTFT, which charges each endpoint the

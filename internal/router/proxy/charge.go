@@ -160,19 +160,25 @@ func (c *charge) finished() {
 		s.outliers.success(c.h) // an empty answer is an answer
 	}
 	s.metrics.answered(c.rt.name, c.status).Inc()
-	if gap, ok := c.itl.mean(); ok {
-		streams := float64(c.itl.streams+s.endpointStreams(c.rt.name)) / 2
-		s.policyMu.Lock()
-		s.policy.ObserveITL(c.rt.name, streams, gap.Seconds())
-		s.policyMu.Unlock()
+	gap, timedGap := c.itl.mean()
+	// The stream's events less its closing [DONE] are its tokens, near enough (a chat stream's
+	// first event may carry only the role): what the policy prices a request's decode at is the
+	// share of its cap that answers use.
+	counted := c.timed() && c.itl.events > 1
+	if !timedGap && !counted {
+		return
 	}
-	if c.timed() && c.itl.events > 1 {
-		// The stream's events less its closing [DONE] are its tokens, near enough (a chat
-		// stream's first event may carry only the role): what the policy prices a request's
-		// decode at is the share of its cap that answers use.
-		s.policyMu.Lock()
+	var streams float64
+	if timedGap {
+		streams = float64(c.itl.streams+s.endpointStreams(c.rt.name)) / 2
+	}
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	if timedGap {
+		s.policy.ObserveITL(c.rt.name, streams, gap.Seconds())
+	}
+	if counted {
 		s.policy.ObserveOutput(c.capTokens, c.itl.events-1)
-		s.policyMu.Unlock()
 	}
 }
 
