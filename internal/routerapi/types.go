@@ -139,8 +139,9 @@ type Endpoint struct {
 	Engine *EngineMetrics `json:"engine,omitempty"`
 	// TTFTModel is the router's fitted latency model for this endpoint.
 	TTFTModel *TTFTModel `json:"ttftModel,omitempty"`
-	// ITLModel is the router's fitted inter-token latency model for this endpoint (absent until
-	// a stream through it has been timed).
+	// ITLModel is the inter-token latency model fitted on this endpoint's streams alone (absent
+	// until a stream through it has been timed): where an engine slower than the others shows.
+	// The policy prices decode with the fleet's line (Fleet.ITLModel).
 	ITLModel *ITLModel `json:"itlModel,omitempty"`
 	// Events is the health of the endpoint's KV-event stream(s); absent when the endpoint
 	// publishes no events.
@@ -243,6 +244,10 @@ type Fleet struct {
 	PreemptionsPerMinute float64 `json:"preemptionsPerMinute"`
 	Waiting              float64 `json:"waiting"`
 	Running              float64 `json:"running"`
+	// ITLModel is the inter-token latency line fitted on every endpoint's timed streams
+	// together, the one the routing policy prices decode load with (absent until a stream has
+	// been timed).
+	ITLModel *ITLModel `json:"itlModel,omitempty"`
 }
 
 // RouterStats counts this replica's routing.

@@ -36,7 +36,7 @@ package policy
 //   - unknown (Slots 0: the endpoint does not report its adapters, or has not been scraped
 //     since it failed): the load. Charging nothing would make such an endpoint look like one
 //     holding the adapter, and send new adapters' prefixes to failing or silent engines.
-func (p *Policy) loraCost(name string, req Request, l LoRAState, streams int) float64 {
+func (p *Policy) loraCost(req Request, l LoRAState, streams int) float64 {
 	if req.LoRA == "" {
 		return 0
 	}
@@ -46,7 +46,7 @@ func (p *Policy) loraCost(name string, req Request, l LoRAState, streams int) fl
 	case loraUnknown:
 		return p.cfg.LoRALoad
 	}
-	d0, d1, ok := p.decodeFit(name)
+	d0, d1, ok := p.decodeFit()
 	if !ok {
 		d0, d1 = priorITL, priorITLSlope
 	}

@@ -86,27 +86,27 @@ func TestLoRACostPricesSlotWaitWithTheDecodeModel(t *testing.T) {
 	p := New(Config{Kind: Auto})
 	req := loraReq(100)
 	full := LoRAState{Slots: 1, Active: 1}
-	if c := p.loraCost("e0", req, LoRAState{Slots: 4}, 0); c != p.cfg.LoRALoad {
+	if c := p.loraCost(req, LoRAState{Slots: 4}, 0); c != p.cfg.LoRALoad {
 		t.Fatalf("the first slot of an idle engine costs %v, want the load time %v", c, p.cfg.LoRALoad)
 	}
 	// Taking the last free slots costs more than taking the first, and less than waiting.
-	one := p.loraCost("e0", req, LoRAState{Slots: 4, Active: 1}, 0)
-	three := p.loraCost("e0", req, LoRAState{Slots: 4, Active: 3}, 0)
-	wait := p.loraCost("e0", req, LoRAState{Slots: 4, Active: 4}, 0)
+	one := p.loraCost(req, LoRAState{Slots: 4, Active: 1}, 0)
+	three := p.loraCost(req, LoRAState{Slots: 4, Active: 3}, 0)
+	wait := p.loraCost(req, LoRAState{Slots: 4, Active: 4}, 0)
 	if !(p.cfg.LoRALoad < one && one < three && three < wait) {
 		t.Fatalf("slot costs: 1 taken %v, 3 taken %v, full %v; want increasing above the load %v", one, three, wait, p.cfg.LoRALoad)
 	}
-	if c := p.loraCost("e0", Request{PromptTokens: 100}, full, 0); c != 0 {
+	if c := p.loraCost(Request{PromptTokens: 100}, full, 0); c != 0 {
 		t.Fatalf("base-model request charged %v", c)
 	}
 	// Unknown adapters cost the load: not nothing, as if the adapter were active there.
-	if c := p.loraCost("e0", req, LoRAState{}, 0); c != p.cfg.LoRALoad {
+	if c := p.loraCost(req, LoRAState{}, 0); c != p.cfg.LoRALoad {
 		t.Fatalf("endpoint without reported adapters charged %v, want the load time %v", c, p.cfg.LoRALoad)
 	}
-	if c := p.loraCost("e0", req, LoRAState{Resident: true}, 0); c != 0 {
+	if c := p.loraCost(req, LoRAState{Resident: true}, 0); c != 0 {
 		t.Fatalf("endpoint without reported adapters, with this router's requests of it, charged %v", c)
 	}
-	prior := p.loraCost("e0", req, full, 10)
+	prior := p.loraCost(req, full, 10)
 	if want := p.cfg.LoRALoad + 100*(priorITL+10*priorITLSlope); math.Abs(prior-want) > 1e-9 {
 		t.Fatalf("slot wait before calibration %v, want %v", prior, want)
 	}
@@ -115,7 +115,7 @@ func TestLoRACostPricesSlotWaitWithTheDecodeModel(t *testing.T) {
 	for range 20 {
 		p.ObserveITL("e0", 10, 0.08)
 	}
-	learned := p.loraCost("e0", req, full, 10)
+	learned := p.loraCost(req, full, 10)
 	if learned < 3*prior {
 		t.Fatalf("slot wait with a 80 ms decoder %v, want well above the prior's %v", learned, prior)
 	}

@@ -31,7 +31,10 @@ func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float
 }
 
 // ObserveITL feeds the mean inter-token latency (seconds) of a finished stream on endpoint, with
-// the endpoint's active streams (this router's and others') while it decoded.
+// the endpoint's active streams (this router's and others') while it decoded. It feeds two
+// fits: the endpoint's own (DecodeModel, reported in the router's status, where an engine
+// slower than the others stands out) and the fleet's (FleetDecodeModel), which is the one the
+// policy prices decode with (see decodeFit).
 func (p *Policy) ObserveITL(endpoint string, streams, itlSeconds float64) {
 	m := p.decode[endpoint]
 	if m == nil {
@@ -43,21 +46,41 @@ func (p *Policy) ObserveITL(endpoint string, streams, itlSeconds float64) {
 		p.decode[endpoint] = m
 	}
 	m.Observe(streams, itlSeconds)
+	p.fleetDecode.Observe(streams, itlSeconds)
 }
 
-// DecodeModel returns the inter-token latency model of an endpoint, or nil if it has never been
-// observed.
+// DecodeModel returns the inter-token latency model fitted on one endpoint's streams alone, or
+// nil if none of them has been timed. The policy does not price with it (see decodeFit).
 func (p *Policy) DecodeModel(endpoint string) *LatencyModel { return p.decode[endpoint] }
 
-// decodeFit is an endpoint's inter-token latency line: its own once calibrated, else the median
-// of the calibrated endpoints'. ok is false while no endpoint is calibrated (no stream has been
-// timed: the decode cost is unknown and the policy does not guess it).
-func (p *Policy) decodeFit(endpoint string) (intercept, slope float64, ok bool) {
-	if m := p.decode[endpoint]; m != nil && m.Calibrated() {
-		a, b := m.Params()
-		return a, b, true
+// FleetDecodeModel returns the inter-token latency model fitted on every endpoint's streams
+// together: the line the policy prices decode load with.
+func (p *Policy) FleetDecodeModel() *LatencyModel { return p.fleetDecode }
+
+// decodeFit is the inter-token latency line decode load is priced at: the fleet's, fitted on
+// every endpoint's timed streams together. ok is false while it has seen too few streams to be
+// trusted (the decode cost is unknown then, and the policy does not guess it).
+//
+// Why one line for the fleet and not one per endpoint: a stream's mean gap between tokens moves
+// with the prefills that shared its steps as much as with the streams, and over time the two
+// move together on one engine. While traffic ramps up an engine gains streams just as the
+// prefills of new prefixes thin out, so its own fit sees more streams with faster tokens and
+// puts the per-stream slope at its floor; decode load was then priced as free, a holder with
+// 40 streams looked no costlier than an idle replica, and replicas added to the fleet took 3 %
+// of the later traffic (kvbench scale-up, 32B engines, where a stream adds about 0.35 ms a
+// step). Engines compared at the same moment share the traffic's phase and differ in streams,
+// and the fleet's fit, which weighs the latest ~50 streams of every engine together, finds the
+// slope (0.25 to 0.35 ms). The replicas of one KVRouter run one engine template, so one line
+// describes them; what sets one engine apart (its queue, its prefill speed) is priced by its
+// own TTFT model. One intercept per engine around the shared slope was tried: the intercepts
+// followed the noise of recent prefills and released holders for nothing (shared-prefix at 40
+// and 60 QPS lost 7 % of their goodput; docs/benchmarks.md, issue 18).
+func (p *Policy) decodeFit() (intercept, slope float64, ok bool) {
+	if !p.fleetDecode.Calibrated() {
+		return 0, 0, false
 	}
-	return medianFit(p.decode, endpoint)
+	a, b := p.fleetDecode.Params()
+	return a, b, true
 }
 
 // Model returns the latency model of an endpoint, or nil if it has never been observed.
@@ -110,10 +133,10 @@ func (p *Policy) predict(endpoint string, x int) float64 {
 	return a + b*float64(x)
 }
 
-// PredictITL is the predicted inter-token latency (seconds) on endpoint with streams active
-// streams; ok is false while no endpoint's decode model is calibrated.
-func (p *Policy) PredictITL(endpoint string, streams float64) (seconds float64, ok bool) {
-	a, b, ok := p.decodeFit(endpoint)
+// PredictITL is the predicted inter-token latency (seconds) on an endpoint with streams active
+// streams, on the fleet's line (see decodeFit); ok is false while it is not calibrated.
+func (p *Policy) PredictITL(_ string, streams float64) (seconds float64, ok bool) {
+	a, b, ok := p.decodeFit()
 	if !ok {
 		return 0, false
 	}

@@ -92,7 +92,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 		c.ttft = p.predict(e.Name, c.work)
 		if req.LoRA != "" {
 			c.lora = fitOf(e.Load.LoRA)
-			c.ttft += p.loraCost(e.Name, req, e.Load.LoRA, streams)
+			c.ttft += p.loraCost(req, e.Load.LoRA, streams)
 		}
 		key := req.TieBreak
 		if req.SessionKey != "" {

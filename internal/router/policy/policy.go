@@ -22,7 +22,8 @@ limitations under the License.
 //
 // A Policy carries a little state of its own: the round-robin cursor, two online latency models
 // per endpoint (time to first token, fed through ObserveTTFT; inter-token latency, fed through
-// ObserveITL) and a decayed count of the new prefixes recently placed on each endpoint. It is not
+// ObserveITL), the fleet's inter-token latency line, a decayed count of the new prefixes
+// recently placed on each endpoint and the share of requests that follow a prefix. It is not
 // safe for concurrent use: the owner serialises calls (the router holds a mutex around Pick; a
 // Pick costs microseconds).
 package policy
@@ -32,8 +33,10 @@ type Policy struct {
 	cfg    Config
 	rr     uint64
 	models map[string]*LatencyModel
-	// decode holds one inter-token latency model per endpoint (ObserveITL).
-	decode map[string]*LatencyModel
+	// decode holds one inter-token latency model per endpoint, and fleetDecode one fitted on
+	// every endpoint's streams (ObserveITL).
+	decode      map[string]*LatencyModel
+	fleetDecode *LatencyModel
 	// placed counts the new prefixes recently placed on each endpoint (see place and
 	// notePlacement).
 	placed map[string]float64
@@ -50,7 +53,7 @@ type Policy struct {
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
 	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel),
-		decode: make(map[string]*LatencyModel), placed: make(map[string]float64), reuse: 1}
+		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope), placed: make(map[string]float64), reuse: 1}
 }
 
 // Config returns the effective configuration (defaults filled in).

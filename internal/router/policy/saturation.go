@@ -125,9 +125,9 @@ func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int) (
 // own time to first token and decode (out tokens at the endpoint's inter-token latency with one
 // more stream), plus what it costs the streams already there, whose every step it slows by the
 // decode model's per-stream slope and whose tokens wait while its uncached prompt is computed.
-// ok is false while no decode model is calibrated.
+// ok is false while the decode line is not calibrated.
 func (p *Policy) fleetCost(name string, c *candidate, out int) (float64, bool) {
-	d0, d1, ok := p.decodeFit(name)
+	d0, d1, ok := p.decodeFit()
 	if !ok {
 		return 0, false
 	}

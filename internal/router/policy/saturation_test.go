@@ -16,7 +16,12 @@ limitations under the License.
 
 package policy
 
-import "testing"
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
 
 func TestAutoStaysOnPrefixHolder(t *testing.T) {
 	p := New(Config{Kind: Auto})
@@ -256,8 +261,8 @@ func TestReleaseOnDecodeCost(t *testing.T) {
 		t.Fatalf("released on decode load before any stream was timed: %+v", d)
 	}
 	p := New(Config{Kind: Auto})
-	calibrateDecode(p, eps[:1], 0.014, 0.000375) // e1 borrows the fleet's fit
-	if m := p.DecodeModel("e0"); m == nil || !m.Calibrated() {
+	calibrateDecode(p, eps[:1], 0.014, 0.000375) // the fleet's line, from e0's streams alone
+	if !p.FleetDecodeModel().Calibrated() {
 		t.Fatal("decode model not calibrated")
 	}
 	// Holder: 500 tokens at 14 + 0.375 × 61 ms, and it slows 60 streams by 0.375 ms a token:
@@ -277,5 +282,39 @@ func TestReleaseOnDecodeCost(t *testing.T) {
 	calibrateDecode(q, eps, 0.014, 0.000375)
 	if d := q.Pick(req, eps); d.Endpoint != "e0" {
 		t.Fatalf("PrefillBound released on decode cost: %+v", d)
+	}
+}
+
+// The slope of inter-token latency per stream is found by comparing engines at the same moment,
+// not one engine over time: while traffic ramps up, an engine's streams grow as the prefills
+// of new prefixes that stall them thin out, so each engine alone sees more streams with faster
+// tokens. Fitted across the fleet the slope is found, and a holder busy with 44 streams is
+// released to an idle replica; priced by each engine's own fit, decode looked free and the
+// replicas added to the fleet stayed idle (kvbench scale-up).
+func TestDecodeSlopeLearnedAcrossTheFleet(t *testing.T) {
+	const d0, d1 = 0.020, 0.0003
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := New(Config{Kind: Auto})
+	const ramp = 120
+	for i := range ramp {
+		done := float64(i+1) / ramp
+		stall := 0.015 * (1 - done) // prefills of new prefixes, thinning out
+		for e, busiest := range []float64{44, 25, 8} {
+			s := busiest * (0.3 + 0.7*done)
+			p.ObserveITL(fmt.Sprintf("e%d", e), s, d0+d1*s+stall+0.002*(rng.Float64()-0.5))
+		}
+	}
+	_, own := p.DecodeModel("e0").Params()
+	_, pooled := p.FleetDecodeModel().Params()
+	t.Logf("slope: fleet %.6f, e0 alone %.6f", pooled, own)
+	if math.Abs(pooled-d1) > 0.25*d1 {
+		t.Fatalf("fleet slope %.6f s/stream, want %.6f ± 25%% (e0 alone: %.6f)", pooled, d1, own)
+	}
+	eps := fleet(2)
+	eps[0].Cached.GPU = 6000
+	eps[0].Load = Load{InFlight: 44}
+	req := Request{PromptTokens: 7200, Tokenized: true, MaxTokens: 500}
+	if d := p.Pick(req, eps); d.Endpoint != "e1" || d.Reason != ReasonSaturated {
+		t.Fatalf("holder with 44 streams kept against an idle replica: %+v", d)
 	}
 }

@@ -384,8 +384,12 @@ func TestStreamingFlushesEachChunk(t *testing.T) {
 	if m == nil || m.Observations() != 1 {
 		t.Fatal("inter-token latency not observed")
 	}
-	if eps := h.srv.Status().Endpoints; len(eps) != 1 || eps[0].ITLModel == nil || eps[0].ITLModel.Observations != 1 {
+	st := h.srv.Status()
+	if eps := st.Endpoints; len(eps) != 1 || eps[0].ITLModel == nil || eps[0].ITLModel.Observations != 1 {
 		t.Fatalf("status does not show the decode model: %+v", eps)
+	}
+	if f := st.Fleet.ITLModel; f == nil || f.Observations != 1 {
+		t.Fatalf("status does not show the fleet's decode line: %+v", st.Fleet)
 	}
 }
 

@@ -190,9 +190,7 @@ func (s *Server) Status() routerapi.Status {
 				Observations: m.Observations(), Calibrated: m.Calibrated()}
 		}
 		if m := s.policy.DecodeModel(rt.name); m != nil {
-			a, b := m.Params()
-			e.ITLModel = &routerapi.ITLModel{InterceptSeconds: a, SecondsPerStream: b,
-				Observations: m.Observations(), Calibrated: m.Calibrated()}
+			e.ITLModel = itlModel(m)
 		}
 		s.policyMu.Unlock()
 		if rt.ep.KVEvents != "" && sources != nil {
@@ -216,6 +214,11 @@ func (s *Server) Status() routerapi.Status {
 	if winQueries > 0 {
 		st.Fleet.HitRate, st.Fleet.HitRateValid = winHits/winQueries, true
 	}
+	s.policyMu.Lock()
+	if m := s.policy.FleetDecodeModel(); m.Observations() > 0 {
+		st.Fleet.ITLModel = itlModel(m)
+	}
+	s.policyMu.Unlock()
 
 	c := &s.counters
 	st.Router = routerapi.RouterStats{Requests: c.requests.Load(), PromptTokens: c.promptTokens.Load(),
@@ -317,4 +320,10 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+func itlModel(m *policy.LatencyModel) *routerapi.ITLModel {
+	a, b := m.Params()
+	return &routerapi.ITLModel{InterceptSeconds: a, SecondsPerStream: b,
+		Observations: m.Observations(), Calibrated: m.Calibrated()}
 }
