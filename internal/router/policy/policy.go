@@ -53,7 +53,8 @@ type Policy struct {
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
 	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel),
-		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope), placed: make(map[string]float64), reuse: 1}
+		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope),
+		placed: make(map[string]float64), reuse: 1}
 }
 
 // Config returns the effective configuration (defaults filled in).
