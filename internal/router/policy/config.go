@@ -50,6 +50,14 @@ type Config struct {
 	// does). Tighter than LoadBound (default 0.1) because a new prefix draws traffic for as long
 	// as it lives, and prefixes are not moved once the requests that follow them are many.
 	PlacementLoadBound float64
+	// PlacementTTFTSlack (seconds): below saturation a new prefix goes to no endpoint whose
+	// predicted first token is more than this later than the best one's, on top of the
+	// SaturationFactor ratio. The ratio alone let the placement's spreading (placement counts,
+	// streams, interference) put a 40,000-token prompt whose best first token is 4 s on an
+	// engine 2 s slower. Past saturation (every endpoint has more than HoldAfter queued) only
+	// the ratio applies: first tokens are late everywhere and spreading is what drains the
+	// backlogs. Default 0.5; negative disables it.
+	PlacementTTFTSlack float64
 	// KVPressure: the KV-cache usage (scraped, 0..1) above which an endpoint's decode load
 	// costs other requests (new streams queue for memory or preempt running ones). Auto
 	// releases a holder over the bounded-load cap on streams only when it is under this
@@ -109,6 +117,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PlacementLoadBound <= 0 {
 		c.PlacementLoadBound = 0.1
+	}
+	if c.PlacementTTFTSlack == 0 {
+		c.PlacementTTFTSlack = 0.5
 	}
 	if c.KVPressure <= 0 {
 		c.KVPressure = 0.95

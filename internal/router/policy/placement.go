@@ -34,11 +34,12 @@ const placementMemory = 64
 // PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
 // following) starts a prefix that later requests will follow, so it is placed for the traffic
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
-// SaturationFactor of the best (the load score: TTFT plus interference) and within the
-// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache
-// (byKV: not past saturation), then the one that was given the fewest new prefixes lately (when
-// spread is set), then the fewest active streams (decode load), then the lower TTFT, then the
-// lower KV usage, then the rendezvous hash (see better).
+// SaturationFactor of the best (the load score: TTFT plus interference), and below saturation
+// (unsaturated) within PlacementTTFTSlack of it too, and within the bounded-load cap on streams
+// (PlacementLoadBound), the one with a clearly emptier KV cache (below saturation), then the
+// one that was given the fewest new prefixes lately (when spread is set), then the fewest
+// active streams (decode load), then the lower TTFT, then the lower KV usage, then the
+// rendezvous hash (see better).
 //
 // Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
 // engine holding the fewest recent prefixes is the one whose future load is expected lowest.
@@ -48,7 +49,15 @@ const placementMemory = 64
 // still answers the present: prefixes differ in popularity, and an engine whose prefixes drew
 // more than their share takes no new one. Placing by prefill queue alone makes an engine busy
 // decoding with a full cache look idle.
-func (p *Policy) place(cands []candidate, spread, byKV bool) int {
+//
+// Why an absolute slack on top of the ratio: the ratio scales with the request's own prefill,
+// so for a long prompt it let spreading cost its first token seconds (1.5 × 4 s). With a 0.5 s
+// slack below saturation only the workloads with long prompts move: rag-long-doc at 12 QPS
+// went from 1.18× to 1.06× the lowest peer TTFT p90, and the Mooncake conversation trace at 2×
+// on 8B engines met the TTFT bar it missed. Applied past saturation as well it cost
+// shared-prefix at 60 QPS 1.6 % of its goodput: there first tokens are late everywhere and
+// spreading is what drains the backlogs (docs/benchmarks.md, issue 18).
+func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
 	}
@@ -59,6 +68,9 @@ func (p *Policy) place(cands []candidate, spread, byKV bool) int {
 	}
 	costCap := p.cfg.SaturationFactor*best + 1e-12
 	ttftCap := p.cfg.SaturationFactor*bestTTFT + 1e-12
+	if unsaturated && p.cfg.PlacementTTFTSlack > 0 {
+		ttftCap = math.Min(ttftCap, bestTTFT+p.cfg.PlacementTTFTSlack+1e-12)
+	}
 	bound := p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
 	chosen := -1
 	for pass := 0; pass < 3 && chosen < 0; pass++ {
@@ -73,7 +85,7 @@ func (p *Policy) place(cands []candidate, spread, byKV bool) int {
 			if c.loadScore > costCap || (pass == 0 && c.ttft > ttftCap) || (pass < 2 && float64(c.streams+1) > bound) {
 				continue
 			}
-			if chosen < 0 || c.better(&cands[chosen], spread, byKV) {
+			if chosen < 0 || c.better(&cands[chosen], spread, unsaturated) {
 				chosen = i
 			}
 		}

@@ -224,3 +224,32 @@ func TestReuseShareFollowsTraffic(t *testing.T) {
 		t.Fatalf("reuse %.3f after 200 requests that found their holder", p.reuse)
 	}
 }
+
+// A long new prompt is not spread onto an engine whose first token comes more than
+// PlacementTTFTSlack later than the best one's, although the SaturationFactor ratio would
+// allow it; past saturation the ratio alone applies and the placement counts spread it.
+func TestPlacementTTFTSlack(t *testing.T) {
+	req := prefillReq(30000) // 3 s of prefill at the priors' 10K tokens/s
+	pick := func(cfg Config, queued0, queued1 int) string {
+		p := New(cfg)
+		p.placed = map[string]float64{"e0": 5, "e1": 0} // e1 is owed new prefixes
+		eps := fleet(2)
+		eps[0].Load.QueuedPrefillTokens = queued0
+		eps[1].Load.QueuedPrefillTokens = queued1
+		return p.Pick(req, eps).Endpoint
+	}
+	// e0 starts now (first token at 3.05 s), e1 after 1 s of queue (4.05 s: 1.33× the best).
+	if got := pick(Config{Kind: Auto}, 0, 10000); got != "e0" {
+		t.Fatalf("placed on %s, a second later than e0 for the placement counts", got)
+	}
+	if got := pick(Config{Kind: Auto, PlacementTTFTSlack: -1}, 0, 10000); got != "e1" {
+		t.Fatalf("without the slack the counts should spread it to e1, got %s", got)
+	}
+	if got := pick(Config{Kind: Auto, PlacementTTFTSlack: 2}, 0, 10000); got != "e1" {
+		t.Fatalf("a 2 s slack admits e1, got %s", got)
+	}
+	// Past saturation (both engines have more than HoldAfter queued) the counts decide.
+	if got := pick(Config{Kind: Auto}, 8000, 18000); got != "e1" {
+		t.Fatalf("past saturation the slack applied: placed on %s", got)
+	}
+}
