@@ -34,9 +34,9 @@ const placementMemory = 64
 // PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
 // following) starts a prefix that later requests will follow, so it is placed for the traffic
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
-// SaturationFactor of the best (the load score: TTFT plus interference), and below saturation
-// (unsaturated) within PlacementTTFTSlack of it too, and within the bounded-load cap on streams
-// (PlacementLoadBound), the one with a clearly emptier KV cache (below saturation), then the
+// SaturationFactor of the best (the load score: TTFT plus interference), below saturation
+// (unsaturated) at most PlacementTTFTSlack later than the best TTFT as well, and within the
+// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache (below saturation), then the
 // one that was given the fewest new prefixes lately (when spread is set), then the fewest
 // active streams (decode load), then the lower TTFT, then the lower KV usage, then the
 // rendezvous hash (see better).
