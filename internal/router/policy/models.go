@@ -62,20 +62,20 @@ func (p *Policy) FleetDecodeModel() *LatencyModel { return p.fleetDecode }
 // trusted (the decode cost is unknown then, and the policy does not guess it).
 //
 // Why one line for the fleet and not one per endpoint: a stream's mean gap between tokens moves
-// with the prefills that shared its steps as much as with the streams, and over time the two
-// move together on one engine. While traffic ramps up an engine gains streams just as the
-// prefills of new prefixes thin out, so its own fit sees more streams with faster tokens and
-// puts the per-stream slope at its floor; decode load was then priced as free, a holder with
-// 40 streams looked no costlier than an idle replica, and replicas added to the fleet took 1 %
-// of the later traffic (kvbench scale-up at 10 QPS, 32B engines, where a stream adds about
-// 0.35 ms a step). Engines compared at the same moment share the traffic's phase and differ in streams,
-// and the fleet's fit, which weighs the latest ~50 streams of every engine together, finds the
-// slope (0.25 to 0.35 ms). The replicas of one KVRouter run one engine template, so one line
-// describes them (in a disaggregated fleet the prefill pool times only the whole requests it
-// serves, and shares the line); what sets one engine apart (its queue, its prefill speed) is
-// priced by its own TTFT model. One intercept per engine around the shared slope was tried: the intercepts
-// followed the noise of recent prefills and released holders for nothing (shared-prefix at 40
-// and 60 QPS lost 7 % of their goodput; docs/benchmarks.md, issue 18).
+// with the prefills that shared its steps as much as with the streams, and over time the two move
+// together on one engine. While traffic ramps up an engine gains streams just as the prefills of
+// new prefixes thin out, so its own fit sees more streams with faster tokens and puts the
+// per-stream slope at its floor; decode load was then priced as free, a holder with 40 streams
+// looked no costlier than an idle replica, and replicas added to the fleet took 1 % of the later
+// traffic (kvbench scale-up at 10 QPS, 32B engines, where a stream adds about 0.35 ms a step).
+// Engines compared at the same moment share the traffic's phase and differ in streams, and the
+// fleet's fit, which weighs the fleet's latest ~50 timed streams together, finds the slope (0.25
+// to 0.35 ms). The replicas of one KVRouter run one engine template, so one line describes them (in
+// a disaggregated fleet the prefill pool times only the whole requests it serves, and shares the
+// line); what sets one engine apart (its queue, its prefill speed) is priced by its own TTFT model.
+// One intercept per engine around the shared slope was tried: the intercepts followed the noise of
+// recent prefills and released holders for nothing (shared-prefix at 40 and 60 QPS lost 7 % of
+// their goodput; docs/benchmarks.md, issue 18).
 func (p *Policy) decodeFit() (intercept, slope float64, ok bool) {
 	if !p.fleetDecode.Calibrated() {
 		return 0, 0, false

@@ -36,10 +36,10 @@ const placementMemory = 64
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
 // SaturationFactor of the best (the load score: TTFT plus interference), below saturation
 // (unsaturated) at most PlacementTTFTSlack later than the best TTFT as well, and within the
-// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache (below saturation), then the
-// one that was given the fewest new prefixes lately (when spread is set), then the fewest
-// active streams (decode load), then the lower TTFT, then the lower KV usage, then the
-// rendezvous hash (see better).
+// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache
+// (below saturation), then the one that was given the fewest new prefixes lately (when spread
+// is set), then the fewest active streams (decode load), then the lower TTFT, then the lower
+// KV usage, then the rendezvous hash (see better).
 //
 // Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
 // engine holding the fewest recent prefixes is the one whose future load is expected lowest.
