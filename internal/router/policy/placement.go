@@ -34,12 +34,13 @@ const placementMemory = 64
 // PrefillBound takes the lowest predicted TTFT. Otherwise: a cold request (nothing cached worth
 // following) starts a prefix that later requests will follow, so it is placed for the traffic
 // to come, not only for its own TTFT: among endpoints whose predicted TTFT is within
-// SaturationFactor of the best (the load score: TTFT plus interference), below saturation
-// (unsaturated) at most PlacementTTFTSlack later than the best TTFT as well, and within the
-// bounded-load cap on streams (PlacementLoadBound), the one with a clearly emptier KV cache
-// (below saturation), then the one that was given the fewest new prefixes lately (when spread
-// is set), then the fewest active streams (decode load), then the lower TTFT, then the lower
-// KV usage, then the rendezvous hash (see better).
+// SaturationFactor of the best (the TTFT cap; below saturation (unsaturated) at most
+// PlacementTTFTSlack later than the best as well), whose load score (TTFT plus interference) is
+// within SaturationFactor of the best (the cost cap), and that are within the bounded-load cap
+// on streams (see placementBound), the one with a clearly emptier KV cache (below saturation),
+// then the one that was given the fewest new prefixes lately (when spread is set), then the
+// fewest active streams (decode load), then the lower TTFT, then the lower KV usage, then the
+// rendezvous hash (see better).
 //
 // Why placements first: the traffic a prefix will draw is unknown when it is placed, so the
 // engine holding the fewest recent prefixes is the one whose future load is expected lowest.
@@ -57,6 +58,15 @@ const placementMemory = 64
 // on 8B engines met the TTFT bar it missed. Applied past saturation as well it cost
 // shared-prefix at 60 QPS 1.6 % of its goodput: there first tokens are late everywhere and
 // spreading is what drains the backlogs (docs/benchmarks.md, issue 18).
+//
+// When no endpoint is within all three caps, the TTFT cap outranks the cost cap: the second
+// pass keeps the TTFT and bounded-load caps, the third the cost and bounded-load caps, the
+// last the cost cap alone. Interference may steer a prompt among the endpoints that start it
+// soon enough, but it does not make it wait longer than the TTFT cap allows while one of them
+// is within the bounded-load cap. With the cost cap kept first, 38 % of the Mooncake
+// conversation trace's long new prompts (10,000 tokens and more) went to the engine with the
+// fewest streams behind a queue more than 0.5 s longer than the best, and made most of its
+// TTFT tail (docs/benchmarks.md, issue 18).
 func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
@@ -71,18 +81,17 @@ func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if unsaturated && p.cfg.PlacementTTFTSlack > 0 {
 		ttftCap = math.Min(ttftCap, bestTTFT+p.cfg.PlacementTTFTSlack+1e-12)
 	}
-	bound := p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
+	bound, roomy := p.placementBound(cands)
 	chosen := -1
-	for pass := 0; pass < 3 && chosen < 0; pass++ {
+	for pass := 0; pass < 4 && chosen < 0; pass++ {
 		for i := range cands {
 			c := &cands[i]
-			// The first pass keeps to the TTFT cap (SaturationFactor × the best first token),
-			// the cost cap (the same factor over TTFT plus interference) and the bounded-load
-			// cap: interference rules endpoints out but does not make the request wait longer
-			// than the TTFT cap allows. The second, reached when no endpoint is within all
-			// three, keeps to the cost and bounded-load caps; the third, reached only when
-			// every endpoint within the cost cap is over the bounded-load cap, ignores it.
-			if c.loadScore > costCap || (pass == 0 && c.ttft > ttftCap) || (pass < 2 && float64(c.streams+1) > bound) {
+			limit := bound
+			if c.kvUsage < roomyKV {
+				limit += roomy
+			}
+			if (pass != 1 && c.loadScore > costCap) || (pass < 2 && c.ttft > ttftCap) ||
+				(pass < 3 && float64(c.streams+1) > limit) {
 				continue
 			}
 			if chosen < 0 || c.better(&cands[chosen], spread, unsaturated) {
@@ -91,6 +100,35 @@ func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 		}
 	}
 	return chosen
+}
+
+// roomyKV is the KV-cache usage (scraped, 0..1) below which an endpoint's bounded-load cap for
+// new prefixes is counted in inter-token latency rather than in streams (see placementBound).
+const roomyKV = 0.5
+
+// placementBound is the bounded-load cap on a new prefix's endpoint, in active streams counting
+// the request: PlacementLoadBound over the fleet's mean (streamBound), plus roomy more on an
+// endpoint whose KV cache is less than roomyKV full. roomy is what the cap is worth in
+// inter-token latency on the fleet's decode line: a stream there costs slope, on top of an
+// intercept that every stream pays, so (1+ε) × the mean's inter-token latency allows ε ×
+// intercept / slope more streams than (1+ε) × the mean stream count. 0 while the line is not
+// calibrated.
+//
+// Why in latency where memory is roomy: on few long streams a count is coarse. The Mooncake
+// conversation trace on 32B engines runs about 3.5 streams per engine, where a 10 % cap rules
+// out every engine with 5, which costs the others nothing measurable (0.35 ms a step each
+// against a 20 ms step), and sent long new prompts behind longer prefill queues: 10,000-token
+// and longer prompts got their first token 1.2 s later at p90 than with llm-d's token-load
+// scorer. Why only there: a stream's KV cache is the other thing it takes, and where memory is
+// short the count is the better measure; on the same trace at 8× on 8B engines, with caches
+// full, the latency cap let long prompts onto engines that then preempted their streams, and
+// goodput fell to a third of the best peer's (docs/benchmarks.md, issue 18).
+func (p *Policy) placementBound(cands []candidate) (bound, roomy float64) {
+	bound = p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
+	if a, b, ok := p.decodeFit(); ok && b > 0 {
+		roomy = p.cfg.PlacementLoadBound * a / b
+	}
+	return bound, roomy
 }
 
 // reuseMemory is how many prefix-starting requests the reuse share remembers.

@@ -17,6 +17,7 @@ limitations under the License.
 package policy
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -251,5 +252,68 @@ func TestPlacementTTFTSlack(t *testing.T) {
 	// Past saturation (both engines have more than HoldAfter queued) the counts decide.
 	if got := pick(Config{Kind: Auto}, 8000, 18000); got != "e1" {
 		t.Fatalf("past saturation the slack applied: placed on %s", got)
+	}
+}
+
+// When no endpoint is within all of the placement's caps, the TTFT cap outranks the cost cap:
+// interference steers a new prompt among the endpoints that start it soon enough, but does not
+// send it behind a queue seconds longer to spare a few decoding streams.
+func TestPlacementTTFTCapOutranksInterference(t *testing.T) {
+	pick := func(queued3 int) Decision {
+		eps := fleet(4)
+		eps[0].Load.InFlight = 3 // first token at 2.05 s, stalls 3 streams for 2 s each
+		eps[1].Load.InFlight = 6 // over the bounded-load cap (5 streams with this one)
+		eps[2].Load.InFlight = 6
+		eps[3].Load.QueuedPrefillTokens = queued3 // idle streams, a prefill queue
+		return New(Config{Kind: Auto}).Pick(prefillReq(20000), eps)
+	}
+	// e3 after a 2 s queue: its first token at 4.05 s, 2 s past e0's, is beyond the TTFT cap
+	// (0.5 s slack); by cost (TTFT plus 6 stream-seconds of stalls on e0) it is the cheapest.
+	if d := pick(20000); d.Endpoint != "e0" {
+		t.Fatalf("placed behind a 2 s queue to spare 3 decoding streams: %+v", d)
+	}
+	// e3 after 0.4 s of queue is within the TTFT cap, and there interference decides.
+	if d := pick(4000); d.Endpoint != "e3" {
+		t.Fatalf("stalled 3 decoding streams to save 0.4 s: %+v", d)
+	}
+}
+
+// The bounded-load cap on a new prefix's endpoint counts streams where the KV cache is half full
+// or more, and inter-token latency on the fleet's decode line where it is not: a few more
+// streams on an engine with room cost the others little when each step's fixed cost dominates.
+func TestPlacementBoundInLatencyWhereMemoryIsRoomy(t *testing.T) {
+	pick := func(kv0 float64, calibrated bool) string {
+		p := New(Config{Kind: Auto})
+		if calibrated {
+			// A 20 ms step, 0.4 ms more per stream: the 10 % cap is worth 5 streams more.
+			for i := range 400 {
+				s := float64(i%20 + 1)
+				p.ObserveITL(fmt.Sprintf("e%d", i%4), s, 0.02+0.0004*s)
+			}
+		}
+		eps := fleet(4)
+		eps[0].Load = Load{InFlight: 8, KVUsage: kv0} // first token at 0.25 s
+		for i := 1; i < 4; i++ {
+			eps[i].Load = Load{InFlight: 2, QueuedPrefillTokens: 20000, KVUsage: 0.3} // 2.25 s
+		}
+		return p.Pick(prefillReq(2000), eps).Endpoint
+	}
+	// 9 streams with this one against a count cap of 5 (1.1 × the mean of 15 / 4).
+	if got := pick(0.3, true); got != "e0" {
+		t.Fatalf("an engine with room and 4 streams over the count cap was passed over for a 2 s queue: %s", got)
+	}
+	if got := pick(0.7, true); got == "e0" {
+		t.Fatal("past half its KV cache the count cap did not apply")
+	}
+	if got := pick(0.3, false); got == "e0" {
+		t.Fatal("the cap was loosened before the decode line was calibrated")
+	}
+	p := New(Config{Kind: Auto})
+	for i := range 400 {
+		s := float64(i%20 + 1)
+		p.ObserveITL("e0", s, 0.02+0.0004*s)
+	}
+	if _, roomy := p.placementBound(nil); math.Abs(roomy-5) > 0.5 {
+		t.Fatalf("latency cap worth %.2f streams, want about 5", roomy)
 	}
 }
