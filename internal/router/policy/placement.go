@@ -63,9 +63,9 @@ const placementMemory = 64
 // pass keeps the TTFT and bounded-load caps, the third the cost and bounded-load caps, the
 // last the cost cap alone. Interference may steer a prompt among the endpoints that start it
 // soon enough, but it does not make it wait longer than the TTFT cap allows while one of them
-// is within the bounded-load cap. With the cost cap kept first, 38 % of the Mooncake
-// conversation trace's long new prompts (10,000 tokens and more) went to the engine with the
-// fewest streams behind a queue more than 0.5 s longer than the best, and made most of its
+// is within the bounded-load cap. With the cost cap kept first, 28 % of the Mooncake
+// conversation trace's long new prompts (10,000 tokens and more) went to an engine with fewer
+// streams behind a queue more than 0.5 s longer than the best's, and they made most of its
 // TTFT tail (docs/benchmarks.md, issue 18).
 func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if p.cfg.Kind == PrefillBound {
