@@ -112,7 +112,8 @@ const roomyKV = 0.5
 // inter-token latency on the fleet's decode line: a stream there costs slope, on top of an
 // intercept that every stream pays, so (1+ε) × the mean's inter-token latency allows ε ×
 // intercept / slope more streams than (1+ε) × the mean stream count. 0 while the line is not
-// calibrated.
+// calibrated; very large while its slope sits at its floor (the fleet sees no cost per stream,
+// as under heavy prefill stalls), which lifts the cap on the roomy endpoints, as measured.
 //
 // Why in latency where memory is roomy: on few long streams a count is coarse. The Mooncake
 // conversation trace on 32B engines runs about 3.5 streams per engine, where a 10 % cap rules
@@ -122,7 +123,7 @@ const roomyKV = 0.5
 // scorer. Why only there: a stream's KV cache is the other thing it takes, and where memory is
 // short the count is the better measure; on the same trace at 8× on 8B engines, with caches
 // full, the latency cap let long prompts onto engines that then preempted their streams, and
-// goodput fell to a third of the best peer's (docs/benchmarks.md, issue 18).
+// goodput fell from 3.7× to 0.42× the best peer's (docs/benchmarks.md, issue 18).
 func (p *Policy) placementBound(cands []candidate) (bound, roomy float64) {
 	bound = p.streamBound(cands, 1+p.cfg.PlacementLoadBound)
 	if a, b, ok := p.decodeFit(); ok && b > 0 {
