@@ -48,10 +48,11 @@ type Config struct {
 	// PlacementLoadBound is the same bound for placing a new prefix: it goes to no endpoint
 	// whose active streams, with it, exceed (1+ε) × the fleet's mean (unless every endpoint
 	// does). Tighter than LoadBound (default 0.1) because a new prefix draws traffic for as long
-	// as it lives, and prefixes are not moved once the requests that follow them are many. On
-	// an endpoint whose KV cache is less than half full the bound is on inter-token latency
-	// instead, (1+ε) × the mean's on the fleet's decode line, which allows ε × intercept / slope
-	// more streams (see placementBound).
+	// as it lives, and prefixes are not moved once the requests that follow them are many. Where
+	// keeping to it would cost the request's first token more than 50 ms, it is on inter-token
+	// latency instead on an endpoint whose KV cache is less than half full: (1+ε) × the mean's
+	// on the fleet's decode line, which allows ε × intercept / slope more streams (see
+	// placementBound).
 	PlacementLoadBound float64
 	// PlacementTTFTSlack (seconds): below saturation a new prefix goes to no endpoint whose
 	// predicted first token is more than this later than the best one's, on top of the

@@ -308,12 +308,28 @@ func TestPlacementBoundInLatencyWhereMemoryIsRoomy(t *testing.T) {
 	if got := pick(0.3, false); got == "e0" {
 		t.Fatal("the cap was loosened before the decode line was calibrated")
 	}
+	// Where an engine within the count starts the prompt almost as soon (40 ms later than e0,
+	// under ttftTie) the count rules, however roomy e0's cache: first tokens milliseconds apart
+	// do not justify piling new prefixes on the fastest engine, which the TTFT cap, a ratio,
+	// would otherwise do at low load (e1..e3 are past 1.5 × e0's 70 ms).
 	p := New(Config{Kind: Auto})
 	for i := range 400 {
 		s := float64(i%20 + 1)
 		p.ObserveITL("e0", s, 0.02+0.0004*s)
 	}
-	if _, roomy := p.placementBound(nil); math.Abs(roomy-5) > 0.5 {
+	eps := fleet(4)
+	eps[0].Load = Load{InFlight: 8, KVUsage: 0.3}
+	for i := 1; i < 4; i++ {
+		eps[i].Load = Load{InFlight: 2, QueuedPrefillTokens: 400, KVUsage: 0.3}
+	}
+	for i := range 20 {
+		r := prefillReq(200)
+		r.TieBreak = uint64(i)
+		if d := p.Evaluate(r, eps); d.Endpoint == "e0" {
+			t.Fatalf("a short new prompt went to the engine over the count cap to start 40 ms sooner: %+v", d)
+		}
+	}
+	if _, roomy := p.placementBound(nil, 0); math.Abs(roomy-5) > 0.5 {
 		t.Fatalf("latency cap worth %.2f streams, want about 5", roomy)
 	}
 }
