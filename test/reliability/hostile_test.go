@@ -139,9 +139,20 @@ func TestHostileEventPeer(t *testing.T) {
 	}
 	r.WaitStatus(t, "the healthy engines' event streams connected", good)
 
-	// New prefixes all along, so that every engine keeps publishing events.
+	// New prefixes all along, so that every engine keeps publishing events. Each healthy engine
+	// also serves one client of its own, sent to it directly: what is checked below is that the
+	// router keeps following every healthy engine's events, and that must not rest on where the
+	// policy places new prefixes. At low load it may favour one engine for seconds (an engine
+	// whose TTFT fit is pessimistic gets no new prefix to correct it while the others' first
+	// tokens are well within the placement's TTFT cap), and then the others publish nothing.
 	load := &fleettest.Load{URL: r.URL, Workers: 4, Work: fleettest.NewPrefixes(8, 100, 8)}
 	load.Start()
+	var direct []*fleettest.Load
+	for _, e := range es[:3] {
+		l := &fleettest.Load{URL: e.URL, Workers: 1, Work: fleettest.NewPrefixes(4, 60, 4)}
+		l.Start()
+		direct = append(direct, l)
+	}
 	time.Sleep(2 * time.Second) // warm-up: the baseline RSS includes a serving router's
 	rssBefore := vmRSS(t, r.Proc.Pid())
 	batchesBefore := map[string]uint64{}
@@ -152,6 +163,9 @@ func TestHostileEventPeer(t *testing.T) {
 	}
 	time.Sleep(8 * time.Second)
 	tally := load.Stop()
+	for _, l := range direct {
+		l.Stop().AssertNoneLost(t)
+	}
 	rssAfter := vmRSS(t, r.Proc.Pid())
 	if r.Proc.Exited() {
 		t.Fatalf("the router exited:\n%s", r.Proc.Output())
