@@ -142,9 +142,9 @@ func TestHostileEventPeer(t *testing.T) {
 	// New prefixes all along, so that every engine keeps publishing events. Each healthy engine
 	// also serves one client of its own, sent to it directly: what is checked below is that the
 	// router keeps following every healthy engine's events, and that must not rest on where the
-	// policy places new prefixes. At low load it may favour one engine for seconds (an engine
-	// whose TTFT fit is pessimistic gets no new prefix to correct it while the others' first
-	// tokens are well within the placement's TTFT cap), and then the others publish nothing.
+	// policy places new prefixes. At low load it can favour one engine for a while (a TTFT fit
+	// left pessimistic keeps its engine out of the placement's TTFT cap until the fit is stale:
+	// policy.predict), and meanwhile the others publish nothing.
 	load := &fleettest.Load{URL: r.URL, Workers: 4, Work: fleettest.NewPrefixes(8, 100, 8)}
 	load.Start()
 	var direct []*fleettest.Load

@@ -28,6 +28,8 @@ func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float
 		p.models[endpoint] = m
 	}
 	m.Observe(float64(prefillWork), ttftSeconds)
+	p.timed++
+	p.timedAt[endpoint] = p.timed
 }
 
 // ObserveITL feeds the mean inter-token latency (seconds) of a finished stream on endpoint, with
@@ -125,14 +127,35 @@ func median(v []float64) float64 {
 }
 
 // predict returns the predicted TTFT on an endpoint for x tokens of prefill work. An endpoint
-// with too few observations borrows the fleet's fit.
+// with too few observations borrows the fleet's fit, and one whose fit has gone stale (the
+// fleet has timed staleAfter first tokens per endpoint since its last) is predicted no slower
+// than the fleet's fit says.
+//
+// Why the stale bound: a fit only learns from the requests its engine is sent. One left
+// pessimistic (a few slow first tokens while the engine was busy) keeps the engine out of the
+// placement's TTFT cap, so it is sent nothing that would correct it, and at low load, with first
+// tokens milliseconds apart, an engine went without a new prefix for seconds while the others
+// served them all (test/reliability, TestHostileEventPeer, 2 of 5 runs). Bounded by the fleet's
+// fit once stale, such an engine is tried again; an engine that really is slow answers slowly
+// and its fit, fresh again, says so.
 func (p *Policy) predict(endpoint string, x int) float64 {
-	if m := p.models[endpoint]; m != nil && m.Calibrated() {
-		return m.Predict(float64(x))
+	m := p.models[endpoint]
+	if m == nil || !m.Calibrated() {
+		a, b := p.fleetPrior(endpoint)
+		return a + b*float64(x)
 	}
-	a, b := p.fleetPrior(endpoint)
-	return a + b*float64(x)
+	own := m.Predict(float64(x))
+	if p.timed-p.timedAt[endpoint] > uint64(staleAfter*len(p.models)) {
+		if fa, fb, ok := medianFit(p.models, endpoint); ok {
+			return min(own, fa+fb*float64(x))
+		}
+	}
+	return own
 }
+
+// staleAfter is how many first tokens per endpoint the fleet times before an endpoint's own TTFT
+// fit, not updated meanwhile, is bounded by the fleet's (see predict).
+const staleAfter = 8
 
 // PredictITL is the predicted inter-token latency (seconds) on an endpoint with streams active
 // streams, on the fleet's line (see decodeFit); ok is false while it is not calibrated.

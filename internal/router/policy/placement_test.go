@@ -333,3 +333,37 @@ func TestPlacementBoundInLatencyWhereMemoryIsRoomy(t *testing.T) {
 		t.Fatalf("latency cap worth %.2f streams, want about 5", roomy)
 	}
 }
+
+// An engine whose TTFT fit was left pessimistic gets no new prefix while its fit is fresh, and
+// none to correct it either; once the fleet has timed enough first tokens elsewhere its fit is
+// stale and bounded by the fleet's, and new prefixes reach it again.
+func TestStaleTTFTFitIsBoundedByTheFleets(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	eps := fleet(4)
+	for i := range 12 {
+		w := 500 + 1000*i
+		p.ObserveTTFT("e0", w, 0.5+float64(w)*1e-4) // a slow spell
+		for _, e := range []string{"e1", "e2", "e3"} {
+			p.ObserveTTFT(e, w, 0.01+float64(w)*1e-5)
+		}
+	}
+	served := func(n int) (e0 int) {
+		for i := range n {
+			r := prefillReq(300)
+			r.TieBreak = uint64(i)
+			d := p.Pick(r, eps)
+			if d.Endpoint == "e0" {
+				e0++
+				continue
+			}
+			p.ObserveTTFT(d.Endpoint, d.PrefillWork, 0.01+float64(d.PrefillWork)*1e-5)
+		}
+		return e0
+	}
+	if got := served(8); got != 0 {
+		t.Fatalf("the engine with a fresh pessimistic fit got %d of 8 new prefixes", got)
+	}
+	if got := served(40); got == 0 {
+		t.Fatal("the engine with a stale pessimistic fit got none of 40 new prefixes")
+	}
+}

@@ -33,6 +33,10 @@ type Policy struct {
 	cfg    Config
 	rr     uint64
 	models map[string]*LatencyModel
+	// timed counts the first tokens fed to ObserveTTFT, and timedAt is each endpoint's count at
+	// its last one: how long since its TTFT model saw the engine (see predict).
+	timed   uint64
+	timedAt map[string]uint64
 	// decode holds one inter-token latency model per endpoint, and fleetDecode one fitted on
 	// every endpoint's streams (ObserveITL).
 	decode      map[string]*LatencyModel
@@ -52,7 +56,7 @@ type Policy struct {
 
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
-	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel),
+	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel), timedAt: make(map[string]uint64),
 		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope),
 		placed: make(map[string]float64), reuse: 1}
 }
@@ -64,6 +68,7 @@ func (p *Policy) Config() Config { return p.cfg }
 // back is a new engine).
 func (p *Policy) Forget(endpoint string) {
 	delete(p.models, endpoint)
+	delete(p.timedAt, endpoint)
 	delete(p.decode, endpoint)
 	delete(p.placed, endpoint)
 }
