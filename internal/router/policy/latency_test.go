@@ -19,6 +19,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -113,5 +114,34 @@ func TestLatencyModelStaysBoundedOnFlatDecodeLine(t *testing.T) {
 	}
 	if _, b := m.Params(); b > hi-lo || b < 0 {
 		t.Fatalf("slope %g s per stream after %d observations spanning %g s", b, len(xs), hi-lo)
+	}
+}
+
+// The fleet's median fit kept sorted between first tokens is the median computed afresh, for
+// every endpoint left out in turn, as fits move and endpoints leave.
+func TestFleetFitMatchesMedianFit(t *testing.T) {
+	p := New(Config{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := []string{"a", "b", "c", "d", "e", "f", "g"}
+	check := func() {
+		t.Helper()
+		for _, n := range append(names, "new") {
+			a, b, ok := p.fleetFit(n)
+			wa, wb, wok := medianFit(p.models, n)
+			if ok != wok || a != wa || b != wb {
+				t.Fatalf("fleetFit(%s) = %v %v %v, medianFit %v %v %v", n, a, b, ok, wa, wb, wok)
+			}
+		}
+	}
+	check()
+	for i := range 400 {
+		n := names[rng.IntN(len(names))]
+		w := 500 + rng.IntN(20000)
+		p.ObserveTTFT(n, w, 0.02+float64(w)*(1e-4+1e-5*float64(i%5)))
+		check()
+		if i%97 == 0 {
+			p.Forget(names[rng.IntN(len(names))])
+			check()
+		}
 	}
 }

@@ -30,6 +30,7 @@ func (p *Policy) ObserveTTFT(endpoint string, prefillWork int, ttftSeconds float
 	m.Observe(float64(prefillWork), ttftSeconds)
 	p.timed++
 	p.timedAt[endpoint] = p.timed
+	p.fitsStale = true
 }
 
 // ObserveITL feeds the mean inter-token latency (seconds) of a finished stream on endpoint, with
@@ -93,10 +94,56 @@ func (p *Policy) Model(endpoint string) *LatencyModel { return p.models[endpoint
 // fits (so a fresh replica of the same hardware is neither feared nor flooded), or the static
 // priors when nothing is calibrated yet.
 func (p *Policy) fleetPrior(except string) (float64, float64) {
-	if a, b, ok := medianFit(p.models, except); ok {
+	if a, b, ok := p.fleetFit(except); ok {
 		return a, b
 	}
 	return priorIntercept, priorSlope
+}
+
+// fleetFit is medianFit(p.models, except) from sorted copies kept between first tokens: predict
+// asks for it per candidate, and sorting the fleet's fits each time would cost a decision more
+// than the rest of it on a large fleet.
+func (p *Policy) fleetFit(except string) (intercept, slope float64, ok bool) {
+	if p.fitsStale {
+		p.fitA, p.fitB = p.fitA[:0], p.fitB[:0]
+		for _, m := range p.models {
+			if m.Calibrated() {
+				a, b := m.Params()
+				p.fitA = append(p.fitA, a)
+				p.fitB = append(p.fitB, b)
+			}
+		}
+		sort.Float64s(p.fitA)
+		sort.Float64s(p.fitB)
+		p.fitsStale = false
+	}
+	skipA, skipB := -1, -1
+	if m := p.models[except]; m != nil && m.Calibrated() {
+		a, b := m.Params()
+		skipA, skipB = sort.SearchFloat64s(p.fitA, a), sort.SearchFloat64s(p.fitB, b)
+	}
+	if len(p.fitA) == 0 || (skipA >= 0 && len(p.fitA) == 1) {
+		return 0, 0, false
+	}
+	return medianSkipping(p.fitA, skipA), medianSkipping(p.fitB, skipB), true
+}
+
+// medianSkipping is the median of sorted s without its element at skip (none when skip < 0).
+func medianSkipping(s []float64, skip int) float64 {
+	n := len(s)
+	if skip >= 0 {
+		n--
+	}
+	at := func(i int) float64 {
+		if skip >= 0 && i >= skip {
+			i++
+		}
+		return s[i]
+	}
+	if n%2 == 1 {
+		return at(n / 2)
+	}
+	return (at(n/2-1) + at(n/2)) / 2
 }
 
 // medianFit is the median intercept and slope of the calibrated models other than except's; ok
@@ -146,7 +193,7 @@ func (p *Policy) predict(endpoint string, x int) float64 {
 	}
 	own := m.Predict(float64(x))
 	if p.timed-p.timedAt[endpoint] > uint64(staleAfter*len(p.models)) {
-		if fa, fb, ok := medianFit(p.models, endpoint); ok {
+		if fa, fb, ok := p.fleetFit(endpoint); ok {
 			return min(own, fa+fb*float64(x))
 		}
 	}

@@ -37,6 +37,10 @@ type Policy struct {
 	// its last one: how long since its TTFT model saw the engine (see predict).
 	timed   uint64
 	timedAt map[string]uint64
+	// fitA and fitB are the calibrated TTFT fits' intercepts and slopes, sorted, for the fleet's
+	// median (fleetFit); fitsStale says they must be rebuilt (a fit moved, or an endpoint left).
+	fitA, fitB []float64
+	fitsStale  bool
 	// decode holds one inter-token latency model per endpoint, and fleetDecode one fitted on
 	// every endpoint's streams (ObserveITL).
 	decode      map[string]*LatencyModel
@@ -56,7 +60,7 @@ type Policy struct {
 
 // New returns a Policy for cfg.
 func New(cfg Config) *Policy {
-	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel), timedAt: make(map[string]uint64),
+	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel), timedAt: make(map[string]uint64), fitsStale: true,
 		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope),
 		placed: make(map[string]float64), reuse: 1}
 }
@@ -69,6 +73,7 @@ func (p *Policy) Config() Config { return p.cfg }
 func (p *Policy) Forget(endpoint string) {
 	delete(p.models, endpoint)
 	delete(p.timedAt, endpoint)
+	p.fitsStale = true
 	delete(p.decode, endpoint)
 	delete(p.placed, endpoint)
 }
