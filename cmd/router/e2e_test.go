@@ -147,6 +147,9 @@ func TestE2EChatCompletionsAndStreaming(t *testing.T) {
 	fleettest.NeedBinaries(t)
 	es := fleetOf(t, 2, "1")
 	r := fleettest.StartRouter(t, fleettest.WriteEndpoints(t, es), "--model", "m", "--session-header", "X-Session")
+	// The router answers /health before its first probe marks the engines ready; a request sent
+	// in between gets a 503 (seen once in CI on a loaded machine).
+	r.WaitConnected(t, 2)
 	chat := `{"model":"m","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hi"}],"max_tokens":8}`
 	resp, body := post(t, r.URL+"/v1/chat/completions", chat)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"choices"`) || resp.Header.Get("X-Kvrouter-Endpoint") == "" {
