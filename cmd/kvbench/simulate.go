@@ -67,6 +67,7 @@ func runSimulate(args []string, log *slog.Logger) error {
 	fs.Float64Var(&tune.PlacementLoadBound, "kvrouter-placement-load-bound", 0, "override kvrouter's PlacementLoadBound (0: default)")
 	fs.Float64Var(&tune.TieTolerance, "kvrouter-tie-tolerance", 0, "override kvrouter's TieTolerance (0: default)")
 	fs.Float64Var(&tune.PlacementTTFTSlack, "kvrouter-placement-ttft-slack", 0, "override kvrouter's PlacementTTFTSlack in seconds (0: default, negative: off)")
+	fs.Float64Var(&tune.ReleaseQueueSlack, "kvrouter-release-queue-slack", 0, "override kvrouter's ReleaseQueueSlack in seconds (0: default, negative: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

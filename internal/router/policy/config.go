@@ -62,6 +62,16 @@ type Config struct {
 	// the ratio applies: first tokens are late everywhere and spreading is what drains the
 	// backlogs. Default 0.5; negative disables it.
 	PlacementTTFTSlack float64
+	// ReleaseQueueSlack (seconds): below saturation (Auto) a holder is released on decode cost
+	// only to an endpoint where the request would wait behind at most this much more queued
+	// prefill than on the holder (as the TTFT model prices it; its own recompute not counted).
+	// Decode cost counts every stream on the holder against one first token, so without the
+	// bound a busy fleet sent every release to a replica just added, each queued behind the
+	// recomputes of the ones before it (kvbench scale-up at 20 QPS: TTFT p90 2× llm-d's). With
+	// it, a new replica takes a holder's requests about as fast as it computes their prefixes.
+	// The TTFT and KV-pressure gates are not bounded by it, nor is any gate past saturation,
+	// where first tokens are late everywhere. Default 0.25; negative disables it.
+	ReleaseQueueSlack float64
 	// KVPressure: the KV-cache usage (scraped, 0..1) above which an endpoint's decode load
 	// costs other requests (new streams queue for memory or preempt running ones). Auto
 	// releases a holder over the bounded-load cap on streams only when it is under this
@@ -124,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PlacementTTFTSlack == 0 {
 		c.PlacementTTFTSlack = 0.5
+	}
+	if c.ReleaseQueueSlack == 0 {
+		c.ReleaseQueueSlack = 0.25
 	}
 	if c.KVPressure <= 0 {
 		c.KVPressure = 0.95

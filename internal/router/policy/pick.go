@@ -187,7 +187,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 			chosen, reason = holder, ReasonPrefix
 		default:
 			chosen, reason = holder, ReasonPrefix
-			if sat, alt := p.saturated(eps, cands, holder, p.expectedOutput(req)); sat {
+			if sat, alt := p.saturated(eps, cands, holder, p.expectedOutput(req), overloaded); sat {
 				chosen, reason = alt, ReasonSaturated
 			}
 		}

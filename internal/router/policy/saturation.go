@@ -68,14 +68,17 @@ func (p *Policy) holder(cands []candidate, prompt int) int {
 //     costs SaturationFactor × more. The factor is what keeps a burst of siblings together: by
 //     the cost alone, at low load, spreading siblings saves a little latency for a lot of
 //     recompute (a margin of 1.05 dropped the siblings workload's hit rate from 87 % to 67 %;
-//     docs/benchmarks.md);
+//     docs/benchmarks.md). Below saturation only to an endpoint with at most
+//     ReleaseQueueSlack more prefill queued than the holder (startsSoonEnough): the cost
+//     counts every stream on the holder against one first token, and a replica just added
+//     drew every release at once and made each wait behind the recomputes of the others;
 //   - (Auto only) decode load under memory pressure: a holder over the bounded-load cap on
 //     active streams ((1+LoadBound) × the fleet mean) while its KV cache is past KVPressure
 //     makes every new stream wait for memory or preempt another, a cost neither model sees
 //     until after the fact.
 //
 // DecodeBound keeps the plain stream-count rule (see Config.DecodeSlack) for A/B comparison.
-func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int) (bool, int) {
+func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int, overloaded bool) (bool, int) {
 	h := &cands[holder]
 	if p.cfg.Kind == DecodeBound {
 		fewest := h.streams
@@ -107,7 +110,7 @@ func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int) (
 			return true, alt
 		}
 	}
-	if p.cfg.Kind == Auto && a.streams < h.streams {
+	if p.cfg.Kind == Auto && a.streams < h.streams && p.startsSoonEnough(eps, a, h, overloaded) {
 		ch, okH := p.fleetCost(eps[h.idx].Name, h, out)
 		ca, okA := p.fleetCost(eps[a.idx].Name, a, out)
 		if okH && okA && ch > ca*p.cfg.SaturationFactor {
@@ -119,6 +122,16 @@ func (p *Policy) saturated(eps []Endpoint, cands []candidate, holder, out int) (
 		return true, alt
 	}
 	return false, -1
+}
+
+// startsSoonEnough reports whether a release on decode cost may send the request to a: past
+// saturation always; below it, only where the prefill queued ahead of it is at most
+// ReleaseQueueSlack longer than on the holder h (see Config.ReleaseQueueSlack). Queued work,
+// not predicted TTFT: the recompute itself is what moving a prefix costs once, and a bound on
+// it would keep long prompts from ever moving off a busy holder.
+func (p *Policy) startsSoonEnough(eps []Endpoint, a, h *candidate, overloaded bool) bool {
+	return overloaded || p.cfg.ReleaseQueueSlack < 0 ||
+		p.queuedWait(&eps[a.idx]) <= p.queuedWait(&eps[h.idx])+p.cfg.ReleaseQueueSlack+1e-12
 }
 
 // fleetCost is what serving the request on an endpoint costs everyone, in request-seconds: its

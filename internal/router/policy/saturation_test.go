@@ -318,3 +318,32 @@ func TestDecodeSlopeLearnedAcrossTheFleet(t *testing.T) {
 		t.Fatalf("holder with 44 streams kept against an idle replica: %+v", d)
 	}
 }
+
+// A release on decode cost goes only to an endpoint with little more prefill queued than the
+// holder (ReleaseQueueSlack): a replica behind 2 s of queued recomputes takes no more of a busy
+// holder's prefix, however much its empty batch saves the holder's streams. Past saturation,
+// where first tokens are late everywhere, the slack does not apply.
+func TestReleaseOnDecodeCostWaitsForAPromptStart(t *testing.T) {
+	eps := fleet(2)
+	eps[0].Cached.GPU = 3968
+	eps[0].Load = Load{InFlight: 60}
+	eps[1].Load = Load{QueuedPrefillTokens: 20000} // 2 s queued, 2.4 s with the recompute
+	req := Request{PromptTokens: 4000, Tokenized: true, MaxTokens: 500}
+	for _, c := range []struct {
+		slack float64
+		want  string
+	}{{0, "e0"}, {1.9, "e0"}, {-1, "e1"}, {2.1, "e1"}} {
+		p := New(Config{Kind: Auto, ReleaseQueueSlack: c.slack})
+		calibrateDecode(p, eps[:1], 0.014, 0.000375)
+		if d := p.Pick(req, eps); d.Endpoint != c.want {
+			t.Fatalf("slack %v: got %s (%s), want %s", c.slack, d.Endpoint, d.Reason, c.want)
+		}
+	}
+	// Past saturation: the holder has 0.8 s queued as well.
+	eps[0].Load.QueuedPrefillTokens = 8000
+	p := New(Config{Kind: Auto})
+	calibrateDecode(p, eps[:1], 0.014, 0.000375)
+	if d := p.Pick(req, eps); d.Endpoint != "e1" || d.Reason != ReasonSaturated {
+		t.Fatalf("past saturation: got %s (%s), want e1 (saturated)", d.Endpoint, d.Reason)
+	}
+}
