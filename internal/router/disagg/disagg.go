@@ -147,9 +147,10 @@ type Costs struct {
 	// much for as long as it decodes.
 	WholeITLPerStream, SplitITLPerStream float64
 	SplitDecodes                         int
-	// DecodeFull is true when the decode engine is out of room (requests waiting there, or its
-	// KV cache past the policy's pressure mark): a decode leg would queue for memory, which no
-	// latency line predicts, so Auto keeps the request whole.
+	// DecodeFull is true when the decode engine is out of room (its KV cache past the policy's
+	// pressure mark, or requests waiting there with the cache past 80 %; see decodeFull): a
+	// decode leg would queue for memory, which no latency line predicts, so Auto keeps the
+	// request whole.
 	DecodeFull bool
 	// PrefillDuty (optional) is the share of its time the prefill engine spends on the prefill
 	// legs already sent to it (Estimator.PrefillDuty): P/D is paying on this fleet now.

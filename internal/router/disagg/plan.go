@@ -25,9 +25,27 @@ type Engine struct {
 	// Prefill is true for an engine of the prefill pool (role label prefill); any other engine
 	// (decode, or no role) is of the decode pool.
 	Prefill bool
-	// Waiting is the requests the engine itself reports waiting for memory (vLLM's
-	// num_requests_waiting, from the scrape): a decode leg sent there would queue.
+	// Waiting is the requests the engine itself reports waiting (vLLM's num_requests_waiting,
+	// from the scrape). Read with its KV usage (see decodeFull): it counts every request not
+	// yet scheduled, whatever it waits for.
 	Waiting int
+}
+
+// waitingFullKV is the KV-cache usage (scraped, 0..1) from which requests waiting on a decode
+// engine are taken to wait for memory. vLLM's waiting count is not a memory signal alone: it
+// includes requests waiting for a step's token budget and, on a decode engine, every decode
+// leg whose KV cache is still being pulled (WAITING_FOR_REMOTE_KVS), so a decode pool busy
+// with transfers always has some. Counted below this usage, it marked the decode pool full on
+// kvbench's pd-mixed-bursts whenever a burst's legs were in flight (the cache under 80 % each
+// time), and long prompts were served whole beside the chat streams: goodput 2.5–3.3 % lower
+// at 16 and 24 req/s (docs/benchmarks.md, issue 18).
+const waitingFullKV = 0.8
+
+// decodeFull is true when e is a decode-pool engine out of room: its KV cache past the
+// policy's pressure mark, or requests waiting while it is past waitingFullKV. A decode leg
+// sent there would queue for memory, which no latency line predicts.
+func decodeFull(e *Engine, pressure float64) bool {
+	return !e.Prefill && (e.Load.KVUsage >= pressure || (e.Waiting > 0 && e.Load.KVUsage >= waitingFullKV))
 }
 
 // PlanInput is what the router (its proxy or endpoint picker) and kvbench's simulated router
@@ -160,7 +178,7 @@ func (c Config) Plan(in PlanInput) Plan {
 		streams := l.InFlight + l.RemoteInFlight
 		itl, _ := pol.PredictITL(e.Name, float64(streams+1))
 		opts = append(opts, DecodeOption{LackingBlocks: max(0, movable-held), FirstStep: first, ITL: itl,
-			Streams: streams, Full: e.Waiting > 0 || l.KVUsage >= pol.Config().KVPressure})
+			Streams: streams, Full: decodeFull(e, pol.Config().KVPressure)})
 		decs = append(decs, e)
 	}
 	est := in.Estimator
@@ -277,7 +295,7 @@ func (c Config) awayFromLegs(in PlanInput, whole policy.Decision, view func(func
 func wholeFull(engines []Engine, name string, pressure float64) bool {
 	for i := range engines {
 		if e := &engines[i]; e.Name == name {
-			return !e.Prefill && (e.Waiting > 0 || e.Load.KVUsage >= pressure)
+			return decodeFull(e, pressure)
 		}
 	}
 	return false

@@ -169,8 +169,10 @@ func TestPlanKeepsWholeRequestsAwayFromPrefillLegs(t *testing.T) {
 	}
 }
 
-// With the decode pool out of room (requests waiting there), a request is neither split nor
-// sent whole into that queue: the prefill engine serves it whole, when whole requests may use it.
+// With the decode pool out of room (requests waiting there for memory), a request is neither
+// split nor sent whole into that queue: the prefill engine serves it whole, when whole requests
+// may use it. Requests waiting on a decode engine with room in its cache (decode legs pulling
+// their KV cache, a step's token budget) do not make it full.
 func TestPlanKeepsWholeRequestsOffAFullDecodePool(t *testing.T) {
 	eps := []Engine{{Endpoint: policy.Endpoint{Name: "p0", Ready: true, Load: policy.Load{InFlight: 2, QueuedPrefillTokens: 30000}}, Prefill: true},
 		{Endpoint: policy.Endpoint{Name: "d0", Ready: true}}}
@@ -184,9 +186,18 @@ func TestPlanKeepsWholeRequestsOffAFullDecodePool(t *testing.T) {
 		t.Fatalf("with room on the decode pool the idle decode engine is the whole option, got %+v", p.Whole)
 	}
 	eps[1].Waiting = 3
+	if p := plan(true); p.Verdict.Reason == "decode-full" || p.Whole.Endpoint != "d0" {
+		t.Fatalf("requests waiting on a decode engine with its cache 0 %% used made it full: %+v", p)
+	}
+	eps[1].Load.KVUsage = 0.85
 	if p := plan(true); p.Split || p.Verdict.Reason != "decode-full" || p.Whole.Endpoint != "p0" {
 		t.Fatalf("full decode pool: %+v", p)
 	}
+	eps[1].Waiting = 0
+	if p := plan(true); p.Verdict.Reason == "decode-full" {
+		t.Fatalf("a decode engine at 85 %% with nothing waiting made it full: %+v", p)
+	}
+	eps[1].Waiting, eps[1].Load.KVUsage = 3, 0.85
 	if p := plan(false); p.Whole.Endpoint != "d0" {
 		t.Fatalf("whole requests kept on the decode pool must stay there, got %+v", p.Whole)
 	}

@@ -264,23 +264,27 @@ func TestPDModes(t *testing.T) {
 		cfg         PDConfig
 		body        string
 		split       bool
-		decodeLoads int // streams already decoding on the decode engine (negative: and two waiting for memory)
-		decodeHolds int // blocks of the prompt the decode engine holds (index)
+		decodeLoads int     // streams already decoding on the decode engine (negative: and two waiting for memory)
+		decodeHolds int     // blocks of the prompt the decode engine holds (index)
+		decodeKV    float64 // the decode engine's scraped KV usage with the waiting requests
 	}{
-		{"never", PDConfig{Mode: disagg.Never}, long, false, 0, 0},
-		{"always-short", PDConfig{Mode: disagg.Always}, short, true, 0, 0},
-		{"threshold-short", PDConfig{Mode: disagg.Threshold, ThresholdTokens: 100}, short, false, 0, 0},
-		{"threshold-long", PDConfig{Mode: disagg.Threshold, ThresholdTokens: 100}, long, true, 0, 0},
+		{"never", PDConfig{Mode: disagg.Never}, long, false, 0, 0, 0},
+		{"always-short", PDConfig{Mode: disagg.Always}, short, true, 0, 0, 0},
+		{"threshold-short", PDConfig{Mode: disagg.Threshold, ThresholdTokens: 100}, short, false, 0, 0, 0},
+		{"threshold-long", PDConfig{Mode: disagg.Threshold, ThresholdTokens: 100}, long, true, 0, 0, 0},
 		// Auto: an idle decode engine serves it whole (the transfer would cost more than it
 		// saves); one with streams decoding would stall them for the prefill: split. A short
 		// prompt stalls them too little to pay for the transfer and the hop, and a long one
 		// the decode engine holds already costs it almost no prefill: both stay whole.
-		{"auto-idle", PDConfig{WholeOn: WholeOnDecode}, long, false, 0, 0},
-		{"auto-busy", PDConfig{WholeOn: WholeOnDecode}, long, true, 8, 0},
-		{"auto-busy-short", PDConfig{WholeOn: WholeOnDecode}, short, false, 8, 0},
-		{"auto-busy-cached", PDConfig{WholeOn: WholeOnDecode}, long, false, 8, 1000},
-		// A decode engine whose own queue waits for memory would hold the decode leg there too.
-		{"auto-busy-decode-full", PDConfig{WholeOn: WholeOnDecode}, long, false, -8, 0},
+		{"auto-idle", PDConfig{WholeOn: WholeOnDecode}, long, false, 0, 0, 0},
+		{"auto-busy", PDConfig{WholeOn: WholeOnDecode}, long, true, 8, 0, 0},
+		{"auto-busy-short", PDConfig{WholeOn: WholeOnDecode}, short, false, 8, 0, 0},
+		{"auto-busy-cached", PDConfig{WholeOn: WholeOnDecode}, long, false, 8, 1000, 0},
+		// A decode engine whose own queue waits for memory would hold the decode leg there too;
+		// requests waiting on one with room in its cache (decode legs pulling their KV cache)
+		// do not make it full.
+		{"auto-busy-decode-full", PDConfig{WholeOn: WholeOnDecode}, long, false, -8, 0, 0.9},
+		{"auto-busy-decode-waiting", PDConfig{WholeOn: WholeOnDecode}, long, true, -8, 0, 0.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, d := newPDEngine(t, "p0", discovery.RolePrefill), newPDEngine(t, "d0", discovery.RoleDecode)
@@ -293,7 +297,8 @@ func TestPDModes(t *testing.T) {
 				h.tracker.Dispatch("d0", 0, 10).FirstToken()
 			}
 			if tc.decodeLoads < 0 {
-				h.tracker.RecordScrape("d0", loadsignal.EngineMetrics{Running: float64(-tc.decodeLoads), Waiting: 2}, time.Now())
+				h.tracker.RecordScrape("d0", loadsignal.EngineMetrics{Running: float64(-tc.decodeLoads), Waiting: 2,
+					KVUsage: tc.decodeKV}, time.Now())
 			}
 			resp, body := h.post(t, "/v1/completions", tc.body, nil)
 			if resp.StatusCode != 200 || body != wantStream {
