@@ -264,7 +264,7 @@ func TestPDModes(t *testing.T) {
 		cfg         PDConfig
 		body        string
 		split       bool
-		decodeLoads int     // streams already decoding on the decode engine (negative: and two waiting for memory)
+		decodeLoads int     // streams already decoding on the decode engine (negative: and two waiting)
 		decodeHolds int     // blocks of the prompt the decode engine holds (index)
 		decodeKV    float64 // the decode engine's scraped KV usage with the waiting requests
 	}{
