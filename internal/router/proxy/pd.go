@@ -240,8 +240,8 @@ func (s *Server) planPD(t *table, eps []policy.Endpoint, req policy.Request) (pl
 		r := &t.routes[i]
 		engines[i] = disagg.Engine{Endpoint: eps[i], Prefill: r.ep.Role == discovery.RolePrefill}
 		if eps[i].Ready && !engines[i].Prefill {
-			// The engine's own waiting queue (scraped): a decode leg there would wait for
-			// memory, which no latency line predicts.
+			// The engine's own waiting queue (scraped); the planner reads it with the engine's
+			// KV usage, since vLLM counts decode legs still pulling their cache as waiting.
 			engines[i].Waiting = int(s.tracker.Stats(r.name).Metrics.Waiting)
 		}
 	}
