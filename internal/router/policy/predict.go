@@ -23,8 +23,9 @@ package policy
 // magnitude on unknown hardware.
 func (p *Policy) PredictTTFT(endpoint string, work int) (seconds float64, calibrated bool) {
 	if m := p.models[endpoint]; m != nil && m.Calibrated() {
-		return m.Predict(float64(work)), true
+		calibrated = true
+	} else {
+		_, _, calibrated = p.fleetFit(endpoint)
 	}
-	_, _, calibrated = medianFit(p.models, endpoint)
 	return p.predict(endpoint, work), calibrated
 }
