@@ -255,6 +255,42 @@ func TestPlacementTTFTSlack(t *testing.T) {
 	}
 }
 
+// Where the traffic does not follow its prefixes, a new prompt goes where it starts soonest
+// rather than where the placement counts would spread it: the slack under the TTFT cap buys
+// nothing there. Where it does (a new policy assumes so), the counts still spread it.
+func TestLowReuseNarrowsThePlacementTTFTCap(t *testing.T) {
+	pick := func(reuse float64) string {
+		p := New(Config{Kind: Auto})
+		p.reuse = reuse
+		p.placed = map[string]float64{"e0": 5, "e1": 0} // e1 is owed new prefixes
+		eps := fleet(2)
+		eps[1].Load.QueuedPrefillTokens = 1000 // first token 0.35 s against e0's 0.25 s
+		return p.Pick(prefillReq(2000), eps).Endpoint
+	}
+	if got := pick(1); got != "e1" {
+		t.Fatalf("followed traffic: the counts did not spread the prefix, placed on %s", got)
+	}
+	if got := pick(lowReuse / 2); got != "e0" {
+		t.Fatalf("unfollowed traffic: placed on %s, 0.1 s later than e0, for the placement counts", got)
+	}
+}
+
+// With the TTFT cap narrowed for unfollowed traffic, an endpoint that would start a prompt soonest
+// but is over the bounded-load cap hands it to one within the usual cap, not to the least
+// placed endpoint behind a longer queue.
+func TestNarrowTTFTCapFallsBackToTheUsualCap(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	p.reuse = 0
+	p.placed = map[string]float64{"e0": 5, "e1": 5, "e2": 0}
+	eps := fleet(3)
+	eps[0].Load.InFlight = 6               // first token at 3.05 s, over the bounded-load cap
+	eps[1].Load.QueuedPrefillTokens = 3000 // 3.35 s: within the 0.5 s slack
+	eps[2].Load.QueuedPrefillTokens = 8000 // 3.85 s: beyond it, and owed new prefixes
+	if d := p.Pick(prefillReq(30000), eps); d.Endpoint != "e1" {
+		t.Fatalf("placed on %s; want e1, the one within the usual TTFT cap: %+v", d.Endpoint, d)
+	}
+}
+
 // When no endpoint is within all of the placement's caps, the TTFT cap outranks the cost cap:
 // interference steers a new prompt among the endpoints that start it soon enough, but does not
 // send it behind a queue seconds longer to spare a few decoding streams.
