@@ -181,8 +181,8 @@ const ttftTie = 0.05
 
 // lowReuse is the reuse share below which new prefixes are placed for their own first token
 // rather than spread for traffic to come (see place): fewer than one in five prefix-starting
-// requests finds a holder. In kvbench's workloads the conversation traces run at 0.05-0.3,
-// unique prompts at 0, and traffic built on shared prefixes at 0.4 and above.
+// requests finds a holder. In kvbench's workloads the Mooncake traces run at 0.05-0.3, unique
+// prompts and the Azure traces at 0, and traffic built on shared prefixes at 0.4 and above.
 const lowReuse = 0.2
 
 // reuseMemory is how many prefix-starting requests the reuse share remembers.
