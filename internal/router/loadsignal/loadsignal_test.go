@@ -107,16 +107,21 @@ func TestTicketAccounting(t *testing.T) {
 	b := tr.Dispatch("e0", 200, 300)
 	loads := make([]policy.Load, 2)
 	tr.Loads([]string{"e0", "e1"}, loads, nil)
-	if loads[0].InFlight != 2 || loads[0].QueuedPrefillTokens != 1200 || loads[1] != (policy.Load{}) {
+	if loads[0].InFlight != 2 || loads[0].QueuedPrefillTokens != 1200 || loads[0].InFlightTokens != 1800 ||
+		loads[1] != (policy.Load{}) {
 		t.Fatalf("after dispatch %+v", loads)
 	}
 	a.FirstToken()
 	a.FirstToken() // idempotent
 	tr.Loads([]string{"e0"}, loads[:1], nil)
-	if loads[0].InFlight != 2 || loads[0].QueuedPrefillTokens != 200 {
+	if loads[0].InFlight != 2 || loads[0].QueuedPrefillTokens != 200 || loads[0].InFlightTokens != 1800 {
 		t.Fatalf("after first token %+v", loads[0])
 	}
 	b.Done() // releases the prefill too
+	tr.Loads([]string{"e0"}, loads[:1], nil)
+	if loads[0].InFlight != 1 || loads[0].InFlightTokens != 1500 {
+		t.Fatalf("after one done %+v", loads[0])
+	}
 	a.Done()
 	a.Done()
 	st := tr.Stats("e0")

@@ -196,6 +196,7 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 		out[i] = policy.Load{
 			InFlight:             s.inFlight,
 			QueuedPrefillTokens:  s.queuedPrefill,
+			InFlightTokens:       s.tokens,
 			RemoteInFlight:       s.remote,
 			RemotePrefillTokens:  s.remotePrefill,
 			QueuedRequests:       s.prefilling,

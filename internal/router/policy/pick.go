@@ -41,6 +41,7 @@ type candidate struct {
 	work      int     // queued prefill (local + remote) + own uncached
 	ttft      float64 // predicted
 	streams   int
+	tokens    int // Load.InFlightTokens
 	kvUsage   float64
 	loadScore float64 // what pick-by-load minimises for this request's shape
 	tie       uint64
@@ -80,7 +81,7 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 		if cfg.MaxInFlight > 0 && streams >= cfg.MaxInFlight {
 			continue
 		}
-		c := candidate{idx: i, streams: streams, kvUsage: e.Load.KVUsage}
+		c := candidate{idx: i, streams: streams, tokens: e.Load.InFlightTokens, kvUsage: e.Load.KVUsage}
 		if req.Tokenized && req.PromptTokens > 0 {
 			c.credit = p.credit(e.Cached, req.PromptTokens)
 		}

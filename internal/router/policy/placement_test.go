@@ -275,6 +275,52 @@ func TestLowReuseNarrowsThePlacementTTFTCap(t *testing.T) {
 	}
 }
 
+// Where prompts seldom find a holder, a new one goes to the engine with clearly fewer tokens in
+// flight (whose decode steps read less KV cache) before the placement counts; where traffic
+// follows its prefixes the counts keep the first word, and a difference inside the band is no
+// reason to overrule them.
+func TestUnfollowedPromptsPlaceByTokensInFlight(t *testing.T) {
+	pick := func(followed float64, tokens0, tokens1 int) string {
+		p := New(Config{Kind: Auto})
+		p.reuse, p.followed = followed, followed
+		p.placed = map[string]float64{"e0": 0, "e1": 5} // e0 is owed new prefixes
+		eps := fleet(2)
+		for i, n := range []int{tokens0, tokens1} {
+			eps[i].Load.InFlight, eps[i].Load.InFlightTokens = 3, n
+		}
+		return p.Pick(prefillReq(2000), eps).Endpoint
+	}
+	if got := pick(0.1, 90000, 30000); got != "e1" {
+		t.Fatalf("unfollowed traffic: placed on %s with 3× the tokens in flight", got)
+	}
+	if got := pick(0.1, 33000, 30000); got != "e0" {
+		t.Fatalf("unfollowed traffic: placed on %s for a 10 %% difference in tokens in flight", got)
+	}
+	if got := pick(followedReuse, 90000, 30000); got != "e0" {
+		t.Fatalf("followed traffic: placed on %s by tokens in flight, not by the placement counts", got)
+	}
+}
+
+// The share that hands placements to the tokens in flight has the longer memory: the first
+// hundreds of new prefixes of traffic that will follow them are still placed by the counts.
+func TestFollowedShareOutlastsAColdStart(t *testing.T) {
+	p := New(Config{Kind: Auto, BlockSize: 16})
+	eps := fleet(8)
+	for range 150 {
+		p.Pick(prefillReq(4000), eps)
+	}
+	if p.reuse >= followedReuse || p.followed < followedReuse {
+		t.Fatalf("after 150 new prefixes: reuse share %.3f, followed share %.3f; want the first under %.1f, the second not",
+			p.reuse, p.followed, followedReuse)
+	}
+	for range 1000 {
+		p.Pick(prefillReq(4000), eps)
+	}
+	if p.followed >= followedReuse {
+		t.Fatalf("followed share %.3f after 1,150 new prefixes", p.followed)
+	}
+}
+
 // With the TTFT cap narrowed for unfollowed traffic, an endpoint that would start a prompt soonest
 // but is over the bounded-load cap hands it to one within the usual cap, not to the least
 // placed endpoint behind a longer queue.

@@ -54,6 +54,8 @@ type Policy struct {
 	// one block) that found a holder worth following: how much the traffic follows its
 	// prefixes (see interference). It starts at 1, the behaviour before any traffic is seen.
 	reuse float64
+	// followed is the same share over the last followedMemory of them (see followedReuse).
+	followed float64
 	// scratch buffers, reused across calls to keep Pick allocation-light.
 	scores []candidate
 }
@@ -62,7 +64,7 @@ type Policy struct {
 func New(cfg Config) *Policy {
 	return &Policy{cfg: cfg.withDefaults(), models: make(map[string]*LatencyModel), timedAt: make(map[string]uint64), fitsStale: true,
 		decode: make(map[string]*LatencyModel), fleetDecode: NewDecodeModel(priorITL, priorITLSlope),
-		placed: make(map[string]float64), reuse: 1}
+		placed: make(map[string]float64), reuse: 1, followed: 1}
 }
 
 // Config returns the effective configuration (defaults filled in).

@@ -32,6 +32,9 @@ type Load struct {
 	// Router-local accounting, exact and instant.
 	InFlight            int // requests this router has in flight there
 	QueuedPrefillTokens int // uncached prompt tokens of those requests that have not had a first token yet
+	// InFlightTokens is the prompt plus max_tokens (or the default cap) of the requests this
+	// router has in flight there: a bound on the KV cache their decodes read at every step.
+	InFlightTokens int
 	// Estimated load from other clients of the engine (other router replicas, direct callers):
 	// the engine's scraped queue minus what this router had in flight at scrape time. It
 	// refreshes with the scrape (about once a second) while local changes show at once.
