@@ -140,6 +140,9 @@ type Compared struct {
 	Best     Stat    `json:"best_s"`
 	Ratio    float64 `json:"ratio,omitempty"`
 	Mark     Mark    `json:"mark"`
+	// Overlap: kvrouter's range over seeds overlaps the reference's, so a fail may be the
+	// seeds' noise rather than a difference between the policies.
+	Overlap bool `json:"ranges_overlap,omitempty"`
 }
 
 // Row is the verdict on one workload at one rate.
@@ -150,16 +153,24 @@ type Row struct {
 	Headline bool `json:"headline,omitempty"`
 	Seeds    int  `json:"seeds"`
 
-	Goodput     Stat         `json:"kvrouter_goodput_tok_s"`
-	BestPeer    string       `json:"best_peer,omitempty"`
-	BestFamily  string       `json:"best_family,omitempty"`
-	PeerGoodput Stat         `json:"best_peer_goodput_tok_s"`
-	Ratio       float64      `json:"goodput_ratio,omitempty"`
-	GoodputMark Mark         `json:"goodput_mark"`
-	Families    []FamilyBest `json:"families,omitempty"`
+	Goodput     Stat    `json:"kvrouter_goodput_tok_s"`
+	BestPeer    string  `json:"best_peer,omitempty"`
+	BestFamily  string  `json:"best_family,omitempty"`
+	PeerGoodput Stat    `json:"best_peer_goodput_tok_s"`
+	Ratio       float64 `json:"goodput_ratio,omitempty"`
+	GoodputMark Mark    `json:"goodput_mark"`
+	// GoodputOverlap: kvrouter's goodput range over seeds overlaps the best peer's.
+	GoodputOverlap bool         `json:"goodput_ranges_overlap,omitempty"`
+	Families       []FamilyBest `json:"families,omitempty"`
 
 	ITL  Compared `json:"itl_p90"`
 	TTFT Compared `json:"ttft_p90"`
+
+	// MetBy are the policies (kvrouter and every peer variant) that meet every criterion on
+	// this row against all the others of that set, each held to the bar kvrouter is held to
+	// against the peers. Empty: no policy in the run meets the bar here, which tells a row
+	// where the criteria pull against each other from one where kvrouter falls short.
+	MetBy []string `json:"met_by"`
 
 	// VsBaseline is kvrouter's median goodput over round-robin's (0: no round-robin run).
 	VsBaseline float64 `json:"vs_round_robin,omitempty"`
@@ -209,14 +220,19 @@ type Count struct {
 	Pass int `json:"pass"`
 	Fail int `json:"fail"`
 	NA   int `json:"n_a"`
+	// FailOverlap is the fails where kvrouter's range over seeds overlaps the reference's.
+	FailOverlap int `json:"fail_ranges_overlap"`
 }
 
-func (c *Count) add(m Mark) {
+func (c *Count) add(m Mark, overlap bool) {
 	switch m {
 	case Pass:
 		c.Pass++
 	case Fail:
 		c.Fail++
+		if overlap {
+			c.FailOverlap++
+		}
 	default:
 		c.NA++
 	}
@@ -230,6 +246,10 @@ type Summary struct {
 	TTFT    Count `json:"ttft_p90"`
 	// AllPass is the rows that pass every criterion that applies to them.
 	AllPass int `json:"all_pass"`
+	// MetBy counts, per policy, the rows whose MetBy names it; Unmet counts the rows no
+	// policy meets.
+	MetBy map[string]int `json:"met_by,omitempty"`
+	Unmet int            `json:"unmet"`
 }
 
 // Verdict is the whole comparison.
@@ -398,11 +418,20 @@ func verdictOf(reports []*Report, o VerdictOptions) (*Verdict, error) {
 			judged++
 			v.Rows = append(v.Rows, row)
 			v.Summary.Rows++
-			v.Summary.Goodput.add(row.GoodputMark)
-			v.Summary.ITL.add(row.ITL.Mark)
-			v.Summary.TTFT.add(row.TTFT.Mark)
+			v.Summary.Goodput.add(row.GoodputMark, row.GoodputOverlap)
+			v.Summary.ITL.add(row.ITL.Mark, row.ITL.Overlap)
+			v.Summary.TTFT.add(row.TTFT.Mark, row.TTFT.Overlap)
 			if len(row.Fails()) == 0 {
 				v.Summary.AllPass++
+			}
+			if len(row.MetBy) == 0 {
+				v.Summary.Unmet++
+			}
+			for _, p := range row.MetBy {
+				if v.Summary.MetBy == nil {
+					v.Summary.MetBy = map[string]int{}
+				}
+				v.Summary.MetBy[p]++
 			}
 		}
 		if judged == 0 {
@@ -482,6 +511,7 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 	}
 	row.Ratio = ratio(row.Goodput.Median, row.PeerGoodput.Median)
 	row.GoodputMark = markOf(row.Goodput.Median >= (1-o.Criteria.GoodputSlack)*row.PeerGoodput.Median)
+	row.GoodputOverlap = overlaps(row.Goodput, row.PeerGoodput)
 
 	row.ITL = itlBest
 	row.ITL.KVRouter = k.stat(itlP90)
@@ -491,6 +521,7 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 	default:
 		row.ITL.Ratio = ratio(row.ITL.KVRouter.Median, row.ITL.Best.Median)
 		row.ITL.Mark = markOf(row.ITL.KVRouter.Median <= o.Criteria.ITLFactor*row.ITL.Best.Median)
+		row.ITL.Overlap = overlaps(row.ITL.KVRouter, row.ITL.Best)
 	}
 	if row.ITL.Peer == "" {
 		row.ITL.Best = Stat{}
@@ -504,15 +535,60 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 	default:
 		row.TTFT.Ratio = ratio(row.TTFT.KVRouter.Median, row.TTFT.Best.Median)
 		row.TTFT.Mark = markOf(row.TTFT.KVRouter.Median <= row.TTFT.Best.Median)
+		row.TTFT.Overlap = overlaps(row.TTFT.KVRouter, row.TTFT.Best)
 	}
 	if row.TTFT.Peer == "" {
 		row.TTFT.Best = Stat{}
 	}
 
+	row.MetBy = meetingTheBar(byPol, append([]string{o.KVRouter}, pols...), o.Criteria)
+
 	if b := byPol[o.Baseline]; len(b) > 0 {
 		row.VsBaseline = ratio(row.Goodput.Median, b.stat(goodput).Median)
 	}
 	return row, true
+}
+
+// meetingTheBar returns the policies of set (sorted, kvrouter first) that meet every criterion
+// against all the others of set, with the marks judgeRow gives: the best goodput within the
+// slack, an ITL p90 within the factor of the lowest (where both are measured), a TTFT p90 at or
+// below the lowest among those with goodput (where the policy's own goodput is non-zero).
+func meetingTheBar(byPol map[string]samples, set []string, c Criteria) []string {
+	type med struct{ goodput, itl, ttft float64 }
+	m := make([]med, len(set))
+	for i, p := range set {
+		s := byPol[p]
+		m[i] = med{s.stat(goodput).Median, s.stat(itlP90).Median, s.stat(ttftP90).Median}
+	}
+	met := []string{}
+	for i, p := range set {
+		bestGoodput, bestITL, bestTTFT := 0.0, math.Inf(1), math.Inf(1)
+		for j := range set {
+			if j == i {
+				continue
+			}
+			bestGoodput = math.Max(bestGoodput, m[j].goodput)
+			if m[j].itl > 0 {
+				bestITL = math.Min(bestITL, m[j].itl)
+			}
+			if m[j].goodput > 0 {
+				bestTTFT = math.Min(bestTTFT, m[j].ttft)
+			}
+		}
+		me := m[i]
+		if me.goodput < (1-c.GoodputSlack)*bestGoodput ||
+			(me.itl > 0 && me.itl > c.ITLFactor*bestITL) ||
+			(me.goodput > 0 && me.ttft > bestTTFT) {
+			continue
+		}
+		met = append(met, p)
+	}
+	return met
+}
+
+// overlaps reports whether two figures' ranges over seeds overlap.
+func overlaps(a, b Stat) bool {
+	return a.N > 0 && b.N > 0 && a.Min <= b.Max && b.Min <= a.Max
 }
 
 // LoadReports reads report.json files. Each path is a report.json, a directory holding one, or
@@ -644,21 +720,30 @@ func WriteVerdictMarkdown(w io.Writer, v *Verdict) error {
 		fmt.Fprintf(w, "| every criterion | %d of %d rows | | |\n", v.Summary.AllPass, v.Summary.Rows)
 	}
 	fmt.Fprintln(w)
+	sum := v.Summary
+	fmt.Fprintf(w, "Fails where %s's range over seeds overlaps the reference's (a difference the seeds do not settle): "+
+		"goodput %d of %d, ITL p90 %d of %d, TTFT p90 %d of %d.\n\n", v.KVRouter,
+		sum.Goodput.FailOverlap, sum.Goodput.Fail, sum.ITL.FailOverlap, sum.ITL.Fail, sum.TTFT.FailOverlap, sum.TTFT.Fail)
+	writeMetBy(w, v)
 	var fails []string
 	for i := range v.Rows {
 		r := &v.Rows[i]
 		var why []string
 		if r.GoodputMark == Fail {
-			why = append(why, fmt.Sprintf("goodput %+.1f %% vs %s", 100*(r.Ratio-1), r.BestPeer))
+			why = append(why, fmt.Sprintf("goodput %+.1f %% vs %s%s", 100*(r.Ratio-1), r.BestPeer, overlapNote(r.GoodputOverlap)))
 		}
 		if r.ITL.Mark == Fail {
-			why = append(why, fmt.Sprintf("ITL p90 %.2f× %s", r.ITL.Ratio, r.ITL.Peer))
+			why = append(why, fmt.Sprintf("ITL p90 %.2f× %s%s", r.ITL.Ratio, r.ITL.Peer, overlapNote(r.ITL.Overlap)))
 		}
 		if r.TTFT.Mark == Fail {
-			why = append(why, fmt.Sprintf("TTFT p90 %.2f× %s", r.TTFT.Ratio, r.TTFT.Peer))
+			why = append(why, fmt.Sprintf("TTFT p90 %.2f× %s%s", r.TTFT.Ratio, r.TTFT.Peer, overlapNote(r.TTFT.Overlap)))
 		}
 		if len(why) > 0 {
-			fails = append(fails, fmt.Sprintf("- %s at %g: %s", r.Workload, r.Rate, strings.Join(why, "; ")))
+			unmet := ""
+			if len(r.MetBy) == 0 {
+				unmet = " — no policy meets every criterion here"
+			}
+			fails = append(fails, fmt.Sprintf("- %s at %g: %s%s", r.Workload, r.Rate, strings.Join(why, "; "), unmet))
 		}
 	}
 	if len(fails) > 0 {
@@ -668,6 +753,42 @@ func WriteVerdictMarkdown(w io.Writer, v *Verdict) error {
 		fmt.Fprintf(w, "Not judged (no %s run or no peer variant): %s.\n\n", v.KVRouter, strings.Join(v.Skipped, ", "))
 	}
 	return nil
+}
+
+// writeMetBy writes how many rows each policy meets every criterion on against all the others,
+// and how many rows no policy does.
+func writeMetBy(w io.Writer, v *Verdict) {
+	if v.Summary.Rows == 0 {
+		return
+	}
+	pols := make([]string, 0, len(v.Summary.MetBy))
+	for p := range v.Summary.MetBy {
+		pols = append(pols, p)
+	}
+	sort.Slice(pols, func(i, j int) bool {
+		a, b := v.Summary.MetBy[pols[i]], v.Summary.MetBy[pols[j]]
+		if a != b {
+			return a > b
+		}
+		return pols[i] < pols[j]
+	})
+	parts := make([]string, len(pols))
+	for i, p := range pols {
+		parts[i] = fmt.Sprintf("%s %d", p, v.Summary.MetBy[p])
+	}
+	met := "none"
+	if len(parts) > 0 {
+		met = strings.Join(parts, ", ")
+	}
+	fmt.Fprintf(w, "Every policy held to the same bar against all the others (%s and every peer variant), rows of %d on which "+
+		"each meets every criterion: %s; rows on which none does: %d.\n\n", v.KVRouter, v.Summary.Rows, met, v.Summary.Unmet)
+}
+
+func overlapNote(overlap bool) string {
+	if overlap {
+		return " (seeds' ranges overlap)"
+	}
+	return ""
 }
 
 func statTok(s Stat) string {

@@ -18,8 +18,11 @@ package report
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,6 +207,59 @@ func TestVerdictBefore(t *testing.T) {
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// Every policy is held to kvrouter's bar against all the others: a row no policy meets is told
+// apart from one a peer meets, and a fail inside the seeds' ranges is counted as such.
+func TestVerdictMetByAndOverlap(t *testing.T) {
+	v := func(x ...float64) []float64 { return x }
+	beta := matrixReport("beta", 1, 3, families,
+		// dynamo meets every criterion against kvrouter; kvrouter misses ITL (far) and TTFT
+		// (inside the seeds' ranges).
+		fig{"kvrouter", 1, v(100), v(0.050), v(0.85, 1.0, 1.1)},
+		fig{"dynamo", 1, v(100), v(0.020), v(0.8, 0.9, 0.95)},
+		fig{"round-robin", 1, v(200), v(0.001), v(0.01)}, // a baseline is not held to the bar
+	)
+	verdict, err := ComputeVerdict([]*Report{alpha(80), beta}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		// At 5 dynamo-queue is the best peer on every criterion but kvrouter's TTFT is lower.
+		"alpha 5": {"kvrouter"},
+		// At 10 llmd-precise has the best goodput and misses ITL; nobody else reaches its goodput.
+		"alpha 10": {},
+		"beta 1":   {"dynamo"},
+	}
+	for _, r := range verdict.Rows {
+		key := fmt.Sprintf("%s %g", r.Workload, r.Rate)
+		if !slices.Equal(r.MetBy, want[key]) {
+			t.Errorf("%s: met by %q, want %q", key, r.MetBy, want[key])
+		}
+	}
+	b := verdict.Rows[2]
+	if b.ITL.Mark != Fail || b.ITL.Overlap || b.TTFT.Mark != Fail || !b.TTFT.Overlap {
+		t.Errorf("beta marks: ITL %s overlap %t, TTFT %s overlap %t", b.ITL.Mark, b.ITL.Overlap, b.TTFT.Mark, b.TTFT.Overlap)
+	}
+	sum := verdict.Summary
+	if sum.Unmet != 1 || !maps.Equal(sum.MetBy, map[string]int{"kvrouter": 1, "dynamo": 1}) ||
+		sum.TTFT != (Count{Pass: 1, Fail: 2, FailOverlap: 1}) || sum.ITL != (Count{Pass: 1, Fail: 2}) {
+		t.Errorf("summary %+v", sum)
+	}
+	var md bytes.Buffer
+	if err := WriteVerdictMarkdown(&md, verdict); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"goodput 0 of 1, ITL p90 0 of 2, TTFT p90 1 of 2.",
+		"rows of 3 on which each meets every criterion: dynamo 1, kvrouter 1; rows on which none does: 1.",
+		"- alpha at 10: goodput -11.1 % vs llmd-precise; ITL p90 1.67× dynamo; TTFT p90 1.33× dynamo — no policy meets every criterion here",
+		"- beta at 1: ITL p90 2.50× dynamo; TTFT p90 1.11× dynamo (seeds' ranges overlap)\n",
+	} {
+		if !strings.Contains(md.String(), line) {
+			t.Errorf("markdown lacks %q:\n%s", line, md.String())
 		}
 	}
 }
