@@ -175,8 +175,9 @@ func TestVerdictRows(t *testing.T) {
 		t.Errorf("shared-prefix at 60: %+v, want 310/150 fail", s)
 	}
 	sum := verdict.Summary
-	if sum.Rows != 4 || sum.Goodput != (Count{Pass: 3, Fail: 1}) || sum.ITL != (Count{Pass: 3, Fail: 1}) ||
-		sum.TTFT != (Count{Pass: 3, Fail: 1}) || sum.AllPass != 3 {
+	behindEverySeed := Count{Pass: 3, Fail: 1, FailEverySeed: 1}
+	if sum.Rows != 4 || sum.Goodput != behindEverySeed || sum.ITL != behindEverySeed ||
+		sum.TTFT != behindEverySeed || sum.AllPass != 3 {
 		t.Errorf("summary %+v", sum)
 	}
 }
@@ -203,7 +204,7 @@ func TestVerdictBefore(t *testing.T) {
 		"| alpha | **10** | 3 | 95 | llmd-precise | 90 [89–91] | 1.056 | ✓ | 50.0ms | 30.0ms (dynamo) | 1.667 | ✗ |",
 		"| 60 | ✗✗✗ |",
 		"| goodput ≥ best peer − 1 % | 2 (before 1) | 0 (before 1) |",
-		"- alpha at 10: ITL p90 1.67× dynamo; TTFT p90 1.33× dynamo",
+		"- alpha at 10: ITL p90 1.67× dynamo (behind on 3 of 3 seeds); TTFT p90 1.33× dynamo (behind on 3 of 3 seeds)",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -216,10 +217,10 @@ func TestVerdictBefore(t *testing.T) {
 func TestVerdictMetByAndOverlap(t *testing.T) {
 	v := func(x ...float64) []float64 { return x }
 	beta := matrixReport("beta", 1, 3, families,
-		// dynamo meets every criterion against kvrouter; kvrouter misses ITL (far) and TTFT
-		// (inside the seeds' ranges).
+		// dynamo meets every criterion against kvrouter; kvrouter misses ITL (far, on every
+		// seed) and TTFT (inside the seeds' ranges, ahead on the first seed).
 		fig{"kvrouter", 1, v(100), v(0.050), v(0.85, 1.0, 1.1)},
-		fig{"dynamo", 1, v(100), v(0.020), v(0.8, 0.9, 0.95)},
+		fig{"dynamo", 1, v(100), v(0.020), v(0.9, 0.85, 0.95)},
 		fig{"round-robin", 1, v(200), v(0.001), v(0.01)}, // a baseline is not held to the bar
 	)
 	verdict, err := ComputeVerdict([]*Report{alpha(80), beta}, nil, VerdictOptions{})
@@ -240,12 +241,14 @@ func TestVerdictMetByAndOverlap(t *testing.T) {
 		}
 	}
 	b := verdict.Rows[2]
-	if b.ITL.Mark != Fail || b.ITL.Overlap || b.TTFT.Mark != Fail || !b.TTFT.Overlap {
-		t.Errorf("beta marks: ITL %s overlap %t, TTFT %s overlap %t", b.ITL.Mark, b.ITL.Overlap, b.TTFT.Mark, b.TTFT.Overlap)
+	if b.ITL.Mark != Fail || b.ITL.Overlap || b.ITL.Behind != 3 || b.ITL.Paired != 3 ||
+		b.TTFT.Mark != Fail || !b.TTFT.Overlap || b.TTFT.Behind != 2 || b.TTFT.Paired != 3 {
+		t.Errorf("beta: ITL %+v, TTFT %+v", b.ITL, b.TTFT)
 	}
 	sum := verdict.Summary
 	if sum.Unmet != 1 || !maps.Equal(sum.MetBy, map[string]int{"kvrouter": 1, "dynamo": 1}) ||
-		sum.TTFT != (Count{Pass: 1, Fail: 2, FailOverlap: 1}) || sum.ITL != (Count{Pass: 1, Fail: 2}) {
+		sum.TTFT != (Count{Pass: 1, Fail: 2, FailOverlap: 1, FailEverySeed: 1}) ||
+		sum.ITL != (Count{Pass: 1, Fail: 2, FailEverySeed: 2}) {
 		t.Errorf("summary %+v", sum)
 	}
 	var md bytes.Buffer
@@ -253,14 +256,26 @@ func TestVerdictMetByAndOverlap(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range []string{
-		"goodput 0 of 1, ITL p90 0 of 2, TTFT p90 1 of 2.",
+		"goodput 0 of 1, ITL p90 0 of 2, TTFT p90 1 of 2;",
+		"holds seed by seed, however small): goodput 1, ITL p90 2, TTFT p90 1.",
 		"rows of 3 on which each meets every criterion: dynamo 1, kvrouter 1; rows on which none does: 1.",
-		"- alpha at 10: goodput -11.1 % vs llmd-precise; ITL p90 1.67× dynamo; TTFT p90 1.33× dynamo — no policy meets every criterion here",
-		"- beta at 1: ITL p90 2.50× dynamo; TTFT p90 1.11× dynamo (seeds' ranges overlap)\n",
+		"- alpha at 10: goodput -11.1 % vs llmd-precise (behind on 3 of 3 seeds); ITL p90 1.67× dynamo (behind on 3 of 3 seeds); " +
+			"TTFT p90 1.33× dynamo (behind on 3 of 3 seeds) — no policy meets every criterion here",
+		"- beta at 1: ITL p90 2.50× dynamo (behind on 3 of 3 seeds); TTFT p90 1.11× dynamo (behind on 2 of 3 seeds, ranges overlap)\n",
 	} {
 		if !strings.Contains(md.String(), line) {
 			t.Errorf("markdown lacks %q:\n%s", line, md.String())
 		}
+	}
+
+	// A report without per-seed runs (one seed, or an older report) pairs nothing.
+	beta.Runs = nil
+	unpaired, err := ComputeVerdict([]*Report{beta}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := unpaired.Rows[0]; r.ITL.Mark != Fail || r.ITL.Paired != 0 || r.ITL.Behind != 0 || r.TTFT.Paired != 0 {
+		t.Errorf("unseeded: ITL %+v, TTFT %+v", r.ITL, r.TTFT)
 	}
 }
 
