@@ -257,7 +257,7 @@ func TestVerdictMetByAndOverlap(t *testing.T) {
 	}
 	for _, line := range []string{
 		"goodput 0 of 1, ITL p90 0 of 2, TTFT p90 1 of 2;",
-		"holds seed by seed, however small): goodput 1, ITL p90 2, TTFT p90 1.",
+		"holds seed by seed, however small, and unlikely to be chance): goodput 1, ITL p90 2, TTFT p90 1.",
 		"rows of 3 on which each meets every criterion: dynamo 1, kvrouter 1; rows on which none does: 1.",
 		"- alpha at 10: goodput -11.1 % vs llmd-precise (behind on 3 of 3 seeds); ITL p90 1.67× dynamo (behind on 3 of 3 seeds); " +
 			"TTFT p90 1.33× dynamo (behind on 3 of 3 seeds) — no policy meets every criterion here",
