@@ -55,6 +55,11 @@ type Criteria struct {
 	SharedPrefixTarget float64 `json:"shared_prefix_target"`
 }
 
+// The three tests, shared by kvrouter's marks (judgeRow) and every policy's (meetingTheBar).
+func (c Criteria) goodputOK(v, best float64) bool { return v >= (1-c.GoodputSlack)*best }
+func (c Criteria) itlOK(v, best float64) bool     { return v <= c.ITLFactor*best }
+func (c Criteria) ttftOK(v, best float64) bool    { return v <= best }
+
 // DefaultCriteria are issue 18's.
 func DefaultCriteria() Criteria {
 	return Criteria{GoodputSlack: 0.01, ITLFactor: 1.1, SharedPrefixTarget: 2.1}
@@ -560,7 +565,7 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 		}
 	}
 	row.Ratio = ratio(row.Goodput.Median, row.PeerGoodput.Median)
-	row.GoodputMark = markOf(row.Goodput.Median >= (1-o.Criteria.GoodputSlack)*row.PeerGoodput.Median)
+	row.GoodputMark = markOf(o.Criteria.goodputOK(row.Goodput.Median, row.PeerGoodput.Median))
 	row.GoodputOverlap = overlaps(row.Goodput, row.PeerGoodput)
 	if row.BestPeer != "" {
 		row.GoodputBehind, row.GoodputPaired = k.behind(byPol[row.BestPeer], goodput, false)
@@ -573,7 +578,7 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 		row.ITL.Mark = NA
 	default:
 		row.ITL.Ratio = ratio(row.ITL.KVRouter.Median, row.ITL.Best.Median)
-		row.ITL.Mark = markOf(row.ITL.KVRouter.Median <= o.Criteria.ITLFactor*row.ITL.Best.Median)
+		row.ITL.Mark = markOf(o.Criteria.itlOK(row.ITL.KVRouter.Median, row.ITL.Best.Median))
 		row.ITL.Overlap = overlaps(row.ITL.KVRouter, row.ITL.Best)
 		row.ITL.Behind, row.ITL.Paired = k.behind(byPol[row.ITL.Peer], itlP90, true)
 	}
@@ -588,7 +593,7 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 		row.TTFT.Mark = NA
 	default:
 		row.TTFT.Ratio = ratio(row.TTFT.KVRouter.Median, row.TTFT.Best.Median)
-		row.TTFT.Mark = markOf(row.TTFT.KVRouter.Median <= row.TTFT.Best.Median)
+		row.TTFT.Mark = markOf(o.Criteria.ttftOK(row.TTFT.KVRouter.Median, row.TTFT.Best.Median))
 		row.TTFT.Overlap = overlaps(row.TTFT.KVRouter, row.TTFT.Best)
 		row.TTFT.Behind, row.TTFT.Paired = k.behind(byPol[row.TTFT.Peer], ttftP90, true)
 	}
@@ -631,9 +636,9 @@ func meetingTheBar(byPol map[string]samples, set []string, c Criteria) []string 
 			}
 		}
 		me := m[i]
-		if me.goodput < (1-c.GoodputSlack)*bestGoodput ||
-			(me.itl > 0 && me.itl > c.ITLFactor*bestITL) ||
-			(me.goodput > 0 && me.ttft > bestTTFT) {
+		if !c.goodputOK(me.goodput, bestGoodput) ||
+			(me.itl > 0 && !c.itlOK(me.itl, bestITL)) ||
+			(me.goodput > 0 && !c.ttftOK(me.ttft, bestTTFT)) {
 			continue
 		}
 		met = append(met, p)
