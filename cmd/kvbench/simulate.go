@@ -60,7 +60,8 @@ func runSimulate(args []string, log *slog.Logger) error {
 	fs.Float64Var(&tune.SaturationFactor, "kvrouter-saturation-factor", 0, "override kvrouter's SaturationFactor (0: default)")
 	fs.IntVar(&tune.DecodeSlack, "kvrouter-decode-slack", 0, "override kvrouter's DecodeSlack (0: default)")
 	fs.Float64Var(&tune.PrefillRatio, "kvrouter-prefill-ratio", 0, "override kvrouter's PrefillRatio (0: default)")
-	fs.Float64Var(&tune.TargetTTFT, "kvrouter-target-ttft", 0, "set kvrouter's TargetTTFT in seconds (0: off)")
+	fs.Float64Var(&tune.TargetTTFT, "kvrouter-target-ttft", 0, "set kvrouter's TargetTTFT in seconds (0: the admission TTFT bound, 10 s, as the router sets it; off with --kvrouter-admission=false)")
+	admit := fs.Bool("kvrouter-admission", true, "run kvrouter's aggregated variants with the router's admission control at its defaults (shed with a fast 429 what no engine could start within the TTFT bound); off: the router's --admission=false")
 	fs.Float64Var(&tune.LoadBound, "kvrouter-load-bound", 0, "override kvrouter's LoadBound (0: default)")
 	fs.Float64Var(&tune.KVPressure, "kvrouter-kv-pressure", 0, "override kvrouter's KVPressure (0: default)")
 	fs.Float64Var(&tune.MinPrefixShare, "kvrouter-min-prefix-share", 0, "override kvrouter's MinPrefixShare (0: default)")
@@ -90,7 +91,7 @@ func runSimulate(args []string, log *slog.Logger) error {
 	if len(files) == 0 {
 		return errors.New("simulate: name at least one workload (--workload FILE or FILE arguments)")
 	}
-	factories, err := peers.SelectWith(splitList(*pols), peers.Options{KVRouter: tune})
+	factories, err := peers.SelectWith(splitList(*pols), peers.Options{KVRouter: tune, NoAdmission: !*admit})
 	if err != nil {
 		return err
 	}

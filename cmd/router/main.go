@@ -158,7 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// 0.7: at 3x saturation, predictions held to the bound itself let the admitted requests'
 	// TTFT p99 run ~1.25x the bound, held to 0.8 of it ~1.07x on a loaded machine; 0.7 kept the
 	// p99 within the bound at the same throughput (docs/reliability.md, Overload).
-	fs.Float64Var(&o.admissionTailHeadroom, "admission-tail-headroom", 0.7, "hold predicted TTFTs to this fraction of --admission-ttft-bound, so that the slowest admitted requests (p99), not the typical one, stay within it")
+	fs.Float64Var(&o.admissionTailHeadroom, "admission-tail-headroom", admission.RouterTailHeadroom, "hold predicted TTFTs to this fraction of --admission-ttft-bound, so that the slowest admitted requests (p99), not the typical one, stay within it")
 	fs.Float64Var(&o.admissionBatchFraction, "admission-batch-fraction", admission.DefaultBatchFraction, "requests with "+proxy.PriorityHeader+": batch are admitted only within this fraction of every bound, so they are shed first")
 	// Off by default: in kvbench the queue cost more TTFT on cache-heavy workloads than it saved
 	// under overload (docs/router.md#router-queue). When on, 1024 bounds the requests (and

@@ -36,8 +36,8 @@ type Record struct {
 	OutputTokens int
 	Preemptions  int
 	Failed       bool
-	// Shed: failed because the router's queue bound turned it away (a fast 429), not because an
-	// engine failed it or the run ended first.
+	// Shed: failed because the router turned it away with a fast 429 (admission control or its
+	// queue bound), not because an engine failed it or the run ended first.
 	Shed bool
 }
 
@@ -70,7 +70,7 @@ type Result struct {
 	Requests  int `json:"requests"`
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
-	// Shed is the failed requests the router turned away by its queue bound.
+	// Shed is the failed requests the router turned away (admission control or its queue bound).
 	Shed      int     `json:"shed,omitempty"`
 	DurationS float64 `json:"duration_s"`
 

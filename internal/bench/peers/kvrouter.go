@@ -17,6 +17,9 @@ limitations under the License.
 package peers
 
 import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/kvindex"
 	"github.com/kvrouter/kvrouter/internal/router/loadsignal"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
@@ -53,6 +56,12 @@ type kvrouter struct {
 	// q was full, handed back by the next Release.
 	q    *queue.Queue[*Request]
 	shed []*Request
+	// admit is the router's admission control with the router binary's defaults (a 10 s TTFT
+	// bound held at 70 %, queue caps of one batch per engine), which the router runs unless
+	// started with --admission=false: a request no engine could start in time is shed with a
+	// fast 429 (ep -1 from Release) instead of joining an engine's queue. nil when off
+	// (Options.NoAdmission, and the P/D adapters, whose split plans it does not bound here).
+	admit *admission.Controller
 }
 
 // The router queue's bounds in simulation: the proxy's default wait (queue.DefaultMaxWait) and a
@@ -80,16 +89,29 @@ type kvrDispatch struct {
 	firstStreams int
 }
 
-func kvrouterFactory(name, kind string, tune policy.Config) Factory {
+func kvrouterFactory(name, kind string, tune policy.Config, admit bool) Factory {
+	source := "internal/router/policy " + kind
+	if admit {
+		source += " + admission control (the router's default)"
+	}
 	return Factory{
-		Name: name, Source: "internal/router/policy " + kind, NeedsEvents: true,
+		Name: name, Source: source, NeedsEvents: true,
 		New: func(e Env) Policy {
 			cfg := tune
 			cfg.Kind, cfg.BlockSize = policy.Kind(kind), e.BlockSize
+			var ac *admission.Controller
+			if admit {
+				ac = admission.New(admission.Config{TailHeadroom: admission.RouterTailHeadroom}, simEpoch)
+				if cfg.TargetTTFT == 0 {
+					// As the router (proxy.New): a holder predicted past the bound releases the
+					// request to a faster engine rather than have it shed.
+					cfg.TargetTTFT = ac.Config().TTFTBound.Seconds()
+				}
+			}
 			p := &kvrouter{
 				pol: policy.New(cfg),
 				ix:  e.Events, load: loadsignal.NewTracker(), block: e.BlockSize,
-				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{}, now: e.Now,
+				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{}, now: e.Now, admit: ac,
 			}
 			if tune.HoldAfter > 0 {
 				p.q = queue.New[*Request](queue.Config{Capacity: kvrQueueCapacity, MaxWait: queue.DefaultMaxWait})
@@ -101,45 +123,84 @@ func kvrouterFactory(name, kind string, tune policy.Config) Factory {
 
 // kvrouterQueueFactory is kvrouter as the router runs with --queue-capacity set: the router
 // queue on, holding requests past DefaultHoldAfter (unless tune sets another HoldAfter).
-func kvrouterQueueFactory(tune policy.Config) Factory {
+func kvrouterQueueFactory(tune policy.Config, admit bool) Factory {
 	if tune.HoldAfter <= 0 {
 		tune.HoldAfter = policy.DefaultHoldAfter
 	}
-	f := kvrouterFactory("kvrouter-queue", "Auto", tune)
+	f := kvrouterFactory("kvrouter-queue", "Auto", tune, admit)
 	f.Source += " + router queue (--queue-capacity)"
 	return f
 }
 
+// simEpoch is the wall-clock time of the simulation's time 0, for the admission controller's
+// clock.
+var simEpoch = time.Unix(0, 0)
+
+// at is the simulation's now on admission's clock.
+func (p *kvrouter) at() time.Time { return simEpoch.Add(time.Duration(p.now() * float64(time.Second))) }
+
+// Pick follows the proxy's order (decideRequest): early admission on the queues alone, the
+// router queue, then the policy and admission on its choice.
 func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	view := p.view(r, eps)
+	if p.admit != nil && len(eps) > 0 {
+		if d := p.admit.CheckEarly(p.pol, admission.Interactive, view, p.at()); !d.Admit {
+			return p.refuse(r, d)
+		}
+	}
 	if p.q != nil && len(eps) > 0 && (p.q.Len() > 0 || p.pol.ShouldHold(view)) {
 		// Behind the requests already waiting, or no engine will start it soon: it waits in
 		// the router (as the proxy's router queue), or is shed when the queue is full.
 		if !p.q.Push(r, p.now()) {
 			p.shed = append(p.shed, r)
+			p.reasons["router_queue_shed"]++
 		}
 		p.reasons["router_queue_held"]++
 		p.reasons["router_queue_max"] = max(p.reasons["router_queue_max"], float64(p.q.Len()))
 		return Hold
 	}
-	return p.route(r, view, eps)
-}
-
-// route picks among view (eps as the policy sees them) and returns the index in eps.
-func (p *kvrouter) route(r *Request, view []policy.Endpoint, eps []Endpoint) int {
 	p.last = p.pick(r, view)
+	if !p.admitted(r, view) {
+		return p.refuse(r, admission.Decision{})
+	}
 	for i, e := range eps {
 		if e.Name == p.last.Endpoint {
 			return i
 		}
 	}
-	return 0 // no decision (cannot happen with ready endpoints and no admission limit)
+	return 0 // no decision (cannot happen with ready endpoints)
 }
 
-// Release implements Queuer: first the requests refused at arrival or past the queue's
-// MaxWait (shed, ep -1), then the oldest waiting request once ShouldHold no longer holds, to
-// the engine the policy picks for it now (its cache affinity judged on the load of this
-// moment). This is what the proxy's router queue does (internal/router/proxy/queue.go: kick);
+// admitted applies admission to p.last, the policy's decision for r among view, which it may
+// move to a fallback (admission.Controller.CheckRouted); false when r is shed, recorded.
+func (p *kvrouter) admitted(r *Request, view []policy.Endpoint) bool {
+	if p.admit == nil {
+		return true
+	}
+	d := p.admit.CheckRouted(p.pol, admission.Interactive, view, &p.last, len(r.Tokens), r.Adapter, p.at())
+	if d.Admit {
+		return true
+	}
+	p.admit.Shed(d, admission.Interactive, p.at())
+	p.reasons["admission_shed_"+string(d.Reason)]++
+	return false
+}
+
+// refuse hands r back as shed at the next Release (the client's fast 429); d, when it carries a
+// reason, is an early refusal still to be recorded.
+func (p *kvrouter) refuse(r *Request, d admission.Decision) int {
+	if d.Reason != "" {
+		p.admit.Shed(d, admission.Interactive, p.at())
+		p.reasons["admission_shed_early_"+string(d.Reason)]++
+	}
+	p.shed = append(p.shed, r)
+	return Hold
+}
+
+// Release implements Queuer: first the requests refused (by admission control, a full queue or
+// the queue's MaxWait: shed, ep -1), then the oldest waiting request once ShouldHold no longer
+// holds, to the engine the policy picks for it now (its cache affinity judged on the load of
+// this moment), if admission control takes it there. This is what the proxy's router queue does (internal/router/proxy/queue.go: kick);
 // waiting further for the picked engine itself to be able to start it (policy.CanStart) did
 // better on shared-prefix in session runs, but the proxy does not do it, and the simulation must
 // not credit kvrouter with what it does not ship.
@@ -147,7 +208,6 @@ func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 	if n := len(p.shed); n > 0 {
 		r := p.shed[0]
 		p.shed = p.shed[1:]
-		p.reasons["router_queue_shed"]++
 		return r, -1, true
 	}
 	if p.q == nil || p.q.Len() == 0 || len(eps) == 0 {
@@ -155,6 +215,7 @@ func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 	}
 	if exp := p.q.Expire(p.now()); len(exp) > 0 {
 		p.shed = append(p.shed, exp...)
+		p.reasons["router_queue_shed"] += float64(len(exp))
 		return p.Release(eps)
 	}
 	r, _, _ := p.q.Head()
@@ -176,6 +237,14 @@ func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 	p.countReason(d)
 	p.last = d
 	p.q.Pop()
+	if !p.admitted(r, view) {
+		return r, -1, true
+	}
+	for i := range view {
+		if view[i].Name == p.last.Endpoint {
+			j = i
+		}
+	}
 	return r, j, true
 }
 
@@ -219,7 +288,7 @@ func (p *kvrouter) view(r *Request, eps []Endpoint) []policy.Endpoint {
 	p.eps = p.eps[:0]
 	for i, e := range eps {
 		l := p.loads[i]
-		l.KVUsage = e.KVUsage
+		l.KVUsage, l.Running = e.KVUsage, e.Running
 		p.eps = append(p.eps, policy.Endpoint{Name: e.Name, Ready: true, Load: l, Cached: cached[e.Name]})
 	}
 	return p.eps
@@ -324,5 +393,9 @@ func (p *kvrouter) Finished(r *Request, ep string) {
 		d.ticket.Done()
 		p.settle(d, ep)
 		delete(p.pending, r.ID)
+		if p.admit != nil {
+			// As the proxy: the request has left its engine, which drains the queues.
+			p.admit.Completed(ep, p.at())
+		}
 	}
 }

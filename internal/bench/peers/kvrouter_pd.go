@@ -33,7 +33,9 @@ const kvrouterPDThreshold = 1024
 // speed, then disagg's Decide.
 func kvrouterPDFactories(o Options) []Factory {
 	mk := func(name, source string, cfg disagg.Config, wholeOnAny bool) Factory {
-		agg := kvrouterFactory(name, "Auto", o.KVRouter)
+		// Admission is not run here: the router bounds a split plan as a whole (proxy.route), which
+		// this adapter's PlanPD does not model.
+		agg := kvrouterFactory(name, "Auto", o.KVRouter, false)
 		return Factory{
 			Name: name, Source: source, NeedsEvents: true,
 			New: func(e Env) Policy {

@@ -70,6 +70,50 @@ func TestKVRouterSkipsColdAdapterTTFT(t *testing.T) {
 	}
 }
 
+// As the router with its defaults: admission control sheds (ep -1 from Release, the client's
+// fast 429) a request that no engine would start within the TTFT bound, and the policy's
+// TargetTTFT is that bound; with NoAdmission (--admission=false) the request joins the queue.
+func TestKVRouterAdmissionShedsPastTheBound(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		f, err := SelectWith([]string{"kvrouter"}, Options{NoAdmission: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := f[0].New(env()).(*kvrouter)
+		if want := map[bool]float64{false: 10, true: 0}[off]; p.pol.Config().TargetTTFT != want {
+			t.Fatalf("admission off=%v: TargetTTFT %v, want %v", off, p.pol.Config().TargetTTFT, want)
+		}
+		e := eps(1)
+		for i := range 20 { // 1 ms a token, calibrated
+			p.pol.ObserveTTFT(e[0].Name, 1000*(i%4+1), float64(i%4+1))
+		}
+		// 15,000 tokens of prefill queued: 15 s, past 70 % of the 10 s bound.
+		// (Dispatched past admission, as other clients' requests would be.)
+		for i := range 3 {
+			q := &Request{ID: 100 + i, Tokens: toks(uint32(100+i), 5000), MaxTokens: 10}
+			p.last = p.pol.Pick(p.request(q), p.view(q, e))
+			p.Dispatched(q, e[0].Name)
+		}
+		r := &Request{ID: 1, Tokens: toks(1, 64), MaxTokens: 10}
+		got := p.Pick(r, e)
+		if off {
+			if got != 0 {
+				t.Fatalf("admission off: Pick %d, want the engine", got)
+			}
+			continue
+		}
+		if got != Hold {
+			t.Fatalf("15 s queue: Pick %d, want Hold (shed)", got)
+		}
+		if shed, j, ok := p.Release(e); !ok || shed != r || j >= 0 {
+			t.Fatalf("Release: %v %d %v, want request 1 shed", shed, j, ok)
+		}
+		if p.reasons["admission_shed_early_ttft"] != 1 {
+			t.Fatalf("shed reasons %v", p.reasons)
+		}
+	}
+}
+
 func newKVRouterQueue(t *testing.T) *kvrouter {
 	t.Helper()
 	f, err := SelectWith([]string{"kvrouter"}, Options{KVRouter: policy.Config{HoldAfter: 0.5}})

@@ -143,6 +143,9 @@ type Options struct {
 	// and BlockSize are always set by the harness). This is how the defaults are calibrated
 	// against the peers without touching internal/router/policy.
 	KVRouter policy.Config
+	// NoAdmission runs kvrouter's aggregated variants without the router's admission control
+	// (the router's --admission=false), which they otherwise run with its defaults.
+	NoAdmission bool
 }
 
 // All returns every policy with default options, kvrouter's first.
@@ -192,11 +195,11 @@ func AllWith(o Options) []Factory {
 	best := llmdPreciseOptions{specTTL: llmdSpeculativeTTL, idxBlock: llmdShippedBlock}
 	predicted := dynamoOptions{predictedTTL: dynamoPredictedTTL}
 	return []Factory{
-		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter", "Auto", o.KVRouter)),
-		inFamily(FamilyKVRouter, kvrouterQueueFactory(o.KVRouter)),
-		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefill", "PrefillBound", o.KVRouter)),
-		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-decode", "DecodeBound", o.KVRouter)),
-		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefix-only", "PrefixOnly", o.KVRouter)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter", "Auto", o.KVRouter, !o.NoAdmission)),
+		inFamily(FamilyKVRouter, kvrouterQueueFactory(o.KVRouter, !o.NoAdmission)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefill", "PrefillBound", o.KVRouter, !o.NoAdmission)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-decode", "DecodeBound", o.KVRouter, !o.NoAdmission)),
+		inFamily(FamilyKVRouter, kvrouterFactory("kvrouter-prefix-only", "PrefixOnly", o.KVRouter, !o.NoAdmission)),
 		{Name: "round-robin", Family: FamilyBaseline, Source: "§4 roundrobin", New: newRoundRobin},
 		{Name: "random", Family: FamilyBaseline, Source: "§1.0 random-picker", New: newRandom},
 		{Name: "least-loaded", Family: FamilyBaseline, Source: "§7 router-local in-flight counts", New: newLeastLoaded},

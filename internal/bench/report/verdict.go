@@ -184,6 +184,12 @@ type Row struct {
 	// where the criteria pull against each other from one where kvrouter falls short.
 	MetBy []string `json:"met_by"`
 
+	// Shed is the median share of kvrouter's requests shed (turned away with a fast 429 by
+	// admission control or a router queue): failed in goodput, and outside its TTFT p90, which
+	// is over the requests served. TTFTPeerShed is the same for the TTFT reference.
+	Shed         float64 `json:"kvrouter_shed_share,omitempty"`
+	TTFTPeerShed float64 `json:"ttft_peer_shed_share,omitempty"`
+
 	// VsBaseline is kvrouter's median goodput over round-robin's (0: no round-robin run).
 	VsBaseline float64 `json:"vs_round_robin,omitempty"`
 
@@ -357,6 +363,14 @@ func goodput(r *metrics.Result) float64 { return r.Goodput }
 func itlP90(r *metrics.Result) float64  { return r.ITLP90 }
 func ttftP90(r *metrics.Result) float64 { return r.TTFTP90 }
 func output(r *metrics.Result) float64  { return r.OutputThroughput }
+
+// shedShare is the share of a run's requests that were shed.
+func shedShare(r *metrics.Result) float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.Shed) / float64(r.Requests)
+}
 
 // workloadRuns gathers one workload's runs by rate and policy, from several reports of it.
 type workloadRuns struct {
@@ -602,6 +616,10 @@ func judgeRow(w *workloadRuns, rate float64, o VerdictOptions) (Row, bool) {
 	}
 
 	row.MetBy = meetingTheBar(byPol, append([]string{o.KVRouter}, pols...), o.Criteria)
+	row.Shed = k.stat(shedShare).Median
+	if row.TTFT.Peer != "" {
+		row.TTFTPeerShed = byPol[row.TTFT.Peer].stat(shedShare).Median
+	}
 
 	if b := byPol[o.Baseline]; len(b) > 0 {
 		row.VsBaseline = ratio(row.Goodput.Median, b.stat(goodput).Median)
@@ -810,6 +828,20 @@ func WriteVerdictMarkdown(w io.Writer, v *Verdict) error {
 	}
 	if len(fails) > 0 {
 		fmt.Fprintf(w, "Rows where %s loses:\n\n%s\n\n", v.KVRouter, strings.Join(fails, "\n"))
+	}
+	var shed []string
+	for i := range v.Rows {
+		if r := &v.Rows[i]; r.Shed > 0 {
+			ref := ""
+			if r.TTFT.Peer != "" {
+				ref = fmt.Sprintf(" (TTFT reference %s: %.1f %%)", r.TTFT.Peer, 100*r.TTFTPeerShed)
+			}
+			shed = append(shed, fmt.Sprintf("%s at %g: %.1f %%%s", r.Workload, r.Rate, 100*r.Shed, ref))
+		}
+	}
+	if len(shed) > 0 {
+		fmt.Fprintf(w, "Rows where %s shed requests (a fast 429: failed in its goodput, outside its TTFT p90, which is "+
+			"over the requests served), median share over seeds: %s.\n\n", v.KVRouter, strings.Join(shed, "; "))
 	}
 	if len(v.Skipped) > 0 {
 		fmt.Fprintf(w, "Not judged (no %s run or no peer variant): %s.\n\n", v.KVRouter, strings.Join(v.Skipped, ", "))

@@ -315,3 +315,40 @@ func TestLoadReportsKeepsRuns(t *testing.T) {
 		t.Fatalf("loaded %+v", rs)
 	}
 }
+
+// Shed requests fail in goodput and are outside the TTFT p90 of the served ones, so the verdict
+// says where kvrouter (and its TTFT reference) shed, and how much.
+func TestVerdictReportsShedShare(t *testing.T) {
+	v := func(x ...float64) []float64 { return x }
+	r := matrixReport("overload", 60, 3, families,
+		fig{"kvrouter", 60, v(200), v(0.05), v(5)},
+		fig{"llmd-precise-fc", 60, v(190), v(0.05), v(60)},
+		fig{"kvrouter", 10, v(100), v(0.02), v(1)},
+		fig{"llmd-precise-fc", 10, v(100), v(0.02), v(1)},
+	)
+	shed := map[string][]int{"kvrouter": {100, 300, 200}, "llmd-precise-fc": {50, 50, 50}}
+	for i := range r.Runs {
+		run := &r.Runs[i].Result
+		run.Requests = 1000
+		if run.Rate == 60 {
+			run.Shed = shed[run.Policy][r.Runs[i].Seed-42]
+		}
+	}
+	verdict, err := ComputeVerdict([]*Report{r}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(verdict.Rows) != 2 || verdict.Rows[0].Shed != 0 || verdict.Rows[1].Shed != 0.2 || verdict.Rows[1].TTFTPeerShed != 0.05 {
+		t.Fatalf("rows %+v, want no shed at 10, kvrouter 20 %% and its reference 5 %% at 60", verdict.Rows)
+	}
+	var b strings.Builder
+	if err := WriteVerdictMarkdown(&b, verdict); err != nil {
+		t.Fatal(err)
+	}
+	if want := "overload at 60: 20.0 % (TTFT reference llmd-precise-fc: 5.0 %)."; !strings.Contains(b.String(), want) {
+		t.Fatalf("markdown lacks %q:\n%s", want, b.String())
+	}
+	if strings.Contains(b.String(), "overload at 10:") {
+		t.Fatalf("a row without sheds is listed:\n%s", b.String())
+	}
+}

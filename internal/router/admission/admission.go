@@ -169,6 +169,11 @@ type Endpoint struct {
 	// is at least that, whatever was configured. (Not a measure of it: an engine busy with long
 	// prompts runs a few requests and queues many, for want of token budget, not of slots.)
 	PeakRunning int
+	// Running is the requests the engine ran at its last scrape, KVUsage the share of its KV
+	// cache they held then (0 to 1). An engine whose cache is full runs what fits in it, not
+	// its batch capacity (see slots).
+	Running int
+	KVUsage float64
 	// TTFT is the predicted time to first token in seconds: before routing, of a request that
 	// adds no prefill of its own (the queue alone, a lower bound for any request); for the
 	// chosen endpoint, the policy's prediction for the request. Calibrated says whether the
@@ -327,7 +332,7 @@ func (c *Controller) predict(e Endpoint, drainRate float64) (ttft float64, ok bo
 		// The engine runs its batch capacity at once; with the request, InFlight+1 want a
 		// slot, and the excess waits for as many to finish. (Requests still in prefill hold a
 		// slot too: the count is of everything in flight, not of the waiting queue.)
-		ahead := e.InFlight + e.RemoteInFlight + 1 - c.capacity(e)
+		ahead := e.InFlight + e.RemoteInFlight + 1 - c.slots(e)
 		ttft, ok = max(ttft, float64(max(ahead, 0))/drainRate+e.ServiceTTFT), true
 	}
 	return ttft, ok
@@ -360,6 +365,26 @@ func (c *Controller) queueCap(e Endpoint) int {
 	}
 	return c.capacity(e)
 }
+
+// slots is the requests e can run at once now: its batch capacity, or, while its KV cache is
+// full (KVUsage at least kvFull), what it runs, since a waiting request then starts only when a
+// running one finishes and frees its blocks. Counted from the batch capacity alone, a fleet
+// whose cache binds below --max-num-seqs showed no slot wait: in kvbench's shared-prefix at
+// 60 QPS a full engine ran ~227 of 256 slots with 19 waiting, and admitted requests waited 95 s
+// (p90) for a first token (docs/router.md, Admission control). The token budget does not
+// enter: an engine with room in its cache admits waiting prompts as fast as it prefills them,
+// which the TTFT model prices.
+func (c *Controller) slots(e Endpoint) int {
+	n := c.capacity(e)
+	if e.KVUsage >= kvFull && e.Running > 0 {
+		n = min(n, e.Running)
+	}
+	return n
+}
+
+// kvFull is the KV usage above which an engine's waiting requests wait for blocks: vLLM admits a
+// prompt only when its blocks fit, and a 7,000-token prompt is 2–3 % of a large engine's cache.
+const kvFull = 0.9
 
 func (c *Controller) capacity(e Endpoint) int {
 	n := c.cfg.EngineCapacity

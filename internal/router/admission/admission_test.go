@@ -354,6 +354,31 @@ func TestSlotWait(t *testing.T) {
 	}
 }
 
+// An engine whose KV cache is full runs what fits in it, far below its batch capacity: its
+// waiting requests start as running ones finish, and that wait is priced at what it runs.
+func TestSlotWaitWhenKVCacheIsFull(t *testing.T) {
+	c := New(Config{TTFTBound: 5 * time.Second, FleetQueueCap: -1}, t0) // 256 slots
+	e := Endpoint{Name: "e0", Calibrated: true, TTFT: 0.4}
+	now := warm(t, c, e, 2) // 2 completions/s
+	// 40 running, 30 waiting: with room in the cache the slots are free, and the model's
+	// 0.4 s stands.
+	e.InFlight, e.Queued, e.Running, e.KVUsage = 70, 30, 40, 0.6
+	if d := c.Check(Interactive, []Endpoint{e}, 0, now); !d.Admit {
+		t.Fatalf("cache 60 %% full: %+v, want admitted on the model's 0.4 s", d)
+	}
+	// The same queue with the cache full: 31 must finish first, 15.5 s at 2/s.
+	e.KVUsage = 0.97
+	d := c.Check(Interactive, []Endpoint{e}, 0, now)
+	if d.Admit || d.Reason != ReasonTTFT || math.Abs(d.Value-15.5) > 0.5 {
+		t.Fatalf("cache full: %+v, want shed on a 15.5 s wait", d)
+	}
+	// Not learned downwards: a scrape that saw nothing running leaves the batch capacity.
+	e.Running = 0
+	if d := c.Check(Interactive, []Endpoint{e}, 0, now); !d.Admit {
+		t.Fatalf("cache full, nothing seen running: %+v, want the batch capacity", d)
+	}
+}
+
 func TestShedCountsAndDecay(t *testing.T) {
 	c := New(Config{}, t0)
 	d := Decision{Reason: ReasonTTFT}

@@ -202,6 +202,7 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 			QueuedRequests:       s.prefilling,
 			RemoteQueuedRequests: s.remoteWaiting,
 			PeakRunning:          s.peakRunning,
+			Running:              int(s.metrics.Running),
 			KVUsage:              s.metrics.KVUsage,
 		}
 	}

@@ -48,6 +48,10 @@ type Load struct {
 	// floor under its batch capacity (--max-num-seqs). For admission control; Pick does not
 	// read it.
 	PeakRunning int
+	// Running is the requests the engine ran at the last scrape (every client's). For
+	// admission control, which reads an engine whose KV cache is full as running all it can;
+	// Pick does not read it.
+	Running int
 	// Scraped engine state, informational for the policy (KV usage near 1 shows up as slower
 	// TTFTs, which the latency model already sees).
 	KVUsage float64

@@ -74,109 +74,32 @@ func (s *Server) admitEarly(t *table, p admission.Priority, eligible func(*route
 		return nil
 	}
 	eps := s.snapshot(t, eligible)
-	aeps := make([]admission.Endpoint, 0, len(eps))
+	now := s.now()
 	s.policyMu.Lock() // once for the fleet, not once per endpoint
-	for i := range eps {
-		if !eps[i].Ready {
-			continue
-		}
-		l := &eps[i].Load
-		e := admissionEndpoint(&eps[i])
-		// The queue's own prefill, without the request's: a lower bound on its TTFT there.
-		s.predictLocked(&e, l.QueuedPrefillTokens+l.RemotePrefillTokens, 0)
-		aeps = append(aeps, e)
-	}
+	d := s.admit.CheckEarly(s.policy, p, eps, now)
 	s.policyMu.Unlock()
-	if d := s.admit.Check(p, aeps, -1, s.now()); !d.Admit {
+	if !d.Admit {
 		return s.shed(p, d)
 	}
 	return nil
 }
 
 // admitRouted applies the bounds to the engine the policy chose, with the request's own predicted
-// TTFT there (its uncached prompt included), against the same snapshot the policy decided on.
-// The policy does not see the slot queues admission prices, so when its choice is beyond an
-// engine's bound, the fallbacks are tried in its order, charged the whole prompt (their cache is
-// not weighed again, as on a retry): a request is shed only when no engine can take it in time,
-// and when another can, d is rewritten to send it there.
+// TTFT there, against the same snapshot the policy decided on; when its choice is beyond an
+// engine's bound, a fallback that admits it takes the request and d is rewritten
+// (admission.Controller.CheckRouted). The request is shed only when no engine can take it in time.
 func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTokens int, adapter string, p admission.Priority) error {
 	if s.admit == nil || d.Endpoint == "" {
 		return nil
 	}
-	aeps := make([]admission.Endpoint, 0, len(eps))
-	src := make([]int, 0, len(eps)) // index in eps of each of aeps
-	chosen := -1
-	for i := range eps {
-		if eps[i].Ready {
-			if eps[i].Name == d.Endpoint {
-				chosen = len(aeps)
-			}
-			aeps = append(aeps, admissionEndpoint(&eps[i]))
-			src = append(src, i)
-		}
-	}
-	if chosen < 0 {
-		return nil // cannot happen: the policy picks a ready endpoint
-	}
 	now := s.now()
-	s.predictInto(&aeps[chosen], d.PrefillWork, d.UncachedTokens)
-	aeps[chosen].TTFT = d.PredictedTTFT
-	first := s.admit.Check(p, aeps, chosen, now)
-	if first.Admit {
-		return nil
-	}
-	if first.Reason != admission.ReasonFleetQueue {
-		// Only a refused request looks its fallbacks up by name.
-		at := make(map[string]int, len(aeps)) // endpoint name → index in aeps
-		for j := range aeps {
-			at[aeps[j].Name] = j
-		}
-		for k, f := range d.Fallbacks {
-			j, ok := at[f]
-			if !ok {
-				continue
-			}
-			l := &eps[src[j]].Load
-			work := l.QueuedPrefillTokens + l.RemotePrefillTokens + promptTokens
-			ttft := s.predictInto(&aeps[j], work, promptTokens)
-			if !s.admit.Check(p, aeps, j, now).Admit {
-				continue
-			}
-			rest := append([]string{d.Endpoint}, d.Fallbacks[:k]...)
-			rest = append(rest, d.Fallbacks[k+1:]...)
-			*d = policy.Decision{Endpoint: f, Fallbacks: rest, Reason: d.Reason, Shape: d.Shape,
-				UncachedTokens: promptTokens, PrefillWork: work, PredictedTTFT: ttft,
-				AdapterCold: adapter != "" && !l.LoRA.Resident}
-			return nil
-		}
-	}
-	return s.shed(p, first)
-}
-
-// predictInto fills e's prediction for a request with work tokens of prefill there, own of them
-// its own, and returns the predicted TTFT.
-func (s *Server) predictInto(e *admission.Endpoint, work, own int) float64 {
 	s.policyMu.Lock()
-	defer s.policyMu.Unlock()
-	return s.predictLocked(e, work, own)
-}
-
-// predictLocked is predictInto for a caller that holds policyMu.
-func (s *Server) predictLocked(e *admission.Endpoint, work, own int) float64 {
-	e.TTFT, e.Calibrated = s.policy.PredictTTFT(e.Name, work)
-	e.ServiceTTFT = 0
-	if e.Calibrated {
-		e.ServiceTTFT, _ = s.policy.PredictTTFT(e.Name, own)
+	a := s.admit.CheckRouted(s.policy, p, eps, d, promptTokens, adapter, now)
+	s.policyMu.Unlock()
+	if !a.Admit {
+		return s.shed(p, a)
 	}
-	return e.TTFT
-}
-
-// admissionEndpoint is admission's view of an endpoint's load, its prediction not yet filled in
-// (predictInto).
-func admissionEndpoint(e *policy.Endpoint) admission.Endpoint {
-	l := &e.Load
-	return admission.Endpoint{Name: e.Name, Queued: l.QueuedRequests + l.RemoteQueuedRequests,
-		InFlight: l.InFlight, RemoteInFlight: l.RemoteInFlight, PeakRunning: l.PeakRunning}
+	return nil
 }
 
 // shed records a request turned away and returns the 429 it gets.
@@ -198,7 +121,7 @@ func (s *Server) admissionStatus(t *table) *routerapi.Admission {
 	aeps := make([]admission.Endpoint, 0, len(eps))
 	for i := range eps {
 		if eps[i].Ready {
-			aeps = append(aeps, admissionEndpoint(&eps[i]))
+			aeps = append(aeps, admission.FromPolicy(&eps[i]))
 		}
 	}
 	cfg := s.admit.Config()
