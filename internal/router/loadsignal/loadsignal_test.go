@@ -155,7 +155,7 @@ func TestRemoteLoadAndRates(t *testing.T) {
 	k := tr.Dispatch("e0", 500, 600) // this router: 1 request, prefilling
 	t0 := time.Unix(1000, 0)
 	// The engine holds 5 requests (4 from other routers), 3 of them waiting (2 remote).
-	m := EngineMetrics{Running: 2, Waiting: 3, PrefixQueries: 1000, PrefixHits: 500, Preemptions: 1}
+	m := EngineMetrics{Running: 2, Waiting: 3, KVUsage: 0.95, PrefixQueries: 1000, PrefixHits: 500, Preemptions: 1}
 	tr.RecordScrape("e0", m, t0)
 	loads := make([]policy.Load, 1)
 	tr.Loads([]string{"e0"}, loads, nil)
@@ -165,6 +165,10 @@ func TestRemoteLoadAndRates(t *testing.T) {
 	// Queued: this router's prefilling request and the 2 others' waiting ones; 2 running.
 	if loads[0].QueuedRequests != 1 || loads[0].RemoteQueuedRequests != 2 || loads[0].PeakRunning != 2 {
 		t.Fatalf("queue estimate %+v", loads[0])
+	}
+	// What it runs now and how full its cache is, for admission's slot wait.
+	if loads[0].Running != 2 || loads[0].KVUsage != 0.95 {
+		t.Fatalf("scraped running and KV usage %+v", loads[0])
 	}
 	if st := tr.Stats("e0"); st.HitRateOK {
 		t.Fatal("hit rate from a single sample")
