@@ -59,8 +59,8 @@ type kvrouter struct {
 	// admit is the router's admission control with the router binary's defaults (a 10 s TTFT
 	// bound held at 70 %, queue caps of one batch per engine), which the router runs unless
 	// started with --admission=false: a request no engine could start in time is shed with a
-	// fast 429 (ep -1 from Release) instead of joining an engine's queue. nil when off
-	// (Options.NoAdmission, and the P/D adapters, whose split plans it does not bound here).
+	// fast 429 (ep -1 from Release; PDPlan.Shed in the P/D adapter) instead of joining an
+	// engine's queue. nil when off (Options.NoAdmission).
 	admit *admission.Controller
 }
 

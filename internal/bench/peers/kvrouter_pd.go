@@ -17,6 +17,7 @@ limitations under the License.
 package peers
 
 import (
+	"github.com/kvrouter/kvrouter/internal/router/admission"
 	"github.com/kvrouter/kvrouter/internal/router/disagg"
 	"github.com/kvrouter/kvrouter/internal/router/policy"
 )
@@ -33,9 +34,7 @@ const kvrouterPDThreshold = 1024
 // speed, then disagg's Decide.
 func kvrouterPDFactories(o Options) []Factory {
 	mk := func(name, source string, cfg disagg.Config, wholeOnAny bool) Factory {
-		// Admission is not run here: the router bounds a split plan as a whole (proxy.route), which
-		// this adapter's PlanPD does not model.
-		agg := kvrouterFactory(name, "Auto", o.KVRouter, false)
+		agg := kvrouterFactory(name, "Auto", o.KVRouter, !o.NoAdmission)
 		return Factory{
 			Name: name, Source: source, NeedsEvents: true,
 			New: func(e Env) Policy {
@@ -109,8 +108,19 @@ func (p *kvrouterPD) Stats() map[string]float64 {
 	return out
 }
 
+// PlanPD follows the proxy (decideRequest, route): early admission over every engine, the plan,
+// then admission on the plan's whole option among the engines a whole request may use. A plan
+// refused there is shed, split or not; a whole option admission moves to a fallback is served
+// there, and a split plan keeps its legs (the moved option is what its decode leg falls back to).
 func (p *kvrouterPD) PlanPD(r *Request, eps []Endpoint) PDPlan {
 	view := p.view(r, eps)
+	if p.admit != nil {
+		if a := p.admit.CheckEarly(p.pol, admission.Interactive, view, p.at()); !a.Admit {
+			p.admit.Shed(a, admission.Interactive, p.at())
+			p.reasons["admission_shed_early_"+string(a.Reason)]++
+			return PDPlan{Prefill: -1, Decode: -1, Shed: true}
+		}
+	}
 	p.engines = p.engines[:0]
 	for i, e := range eps {
 		p.engines = append(p.engines, disagg.Engine{Endpoint: view[i], Prefill: e.Role == RolePrefill, Waiting: e.Waiting})
@@ -120,6 +130,20 @@ func (p *kvrouterPD) PlanPD(r *Request, eps []Endpoint) PDPlan {
 	d := p.cfg.Plan(disagg.PlanInput{Policy: p.pol, Estimator: p.est, Request: p.request(r), Engines: p.engines,
 		WholeOnAny: p.wholeOnAny, Now: p.now()})
 	d.Commit(p.pol)
+	if p.admit != nil {
+		whole := view
+		if !p.wholeOnAny {
+			whole = append([]policy.Endpoint(nil), view...)
+			for i := range whole {
+				whole[i].Ready = whole[i].Ready && eps[i].Role != RolePrefill
+			}
+		}
+		if a := p.admit.CheckRouted(p.pol, admission.Interactive, whole, &d.Whole, len(r.Tokens), r.Adapter, p.at()); !a.Admit {
+			p.admit.Shed(a, admission.Interactive, p.at())
+			p.reasons["admission_shed_"+string(a.Reason)]++
+			return PDPlan{Prefill: -1, Decode: -1, Shed: true}
+		}
+	}
 	if d.Verdict.Reason != "aggregated" {
 		p.reasons["pd_reason_"+d.Verdict.Reason]++
 	}

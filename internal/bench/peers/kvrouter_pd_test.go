@@ -207,3 +207,34 @@ func TestKVRouterPDPrefillFailure(t *testing.T) {
 		t.Fatalf("stats %v", p.Stats())
 	}
 }
+
+// As the router: the P/D variants run behind admission control too, and a request no engine
+// would start in time is shed (PDPlan.Shed) rather than planned.
+func TestKVRouterPDAdmissionSheds(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		var p *kvrouterPD
+		for _, f := range kvrouterPDFactories(Options{NoAdmission: off}) {
+			if f.Name == "kvrouter-pd" {
+				p = f.New(env()).(*kvrouterPD)
+			}
+		}
+		e := pdFleet()
+		for _, ep := range e { // 1 ms a token everywhere, calibrated
+			for i := range 10 {
+				p.pol.ObserveTTFT(ep.Name, 1000*(i%4+1), float64(i%4+1))
+			}
+		}
+		// 15,000 tokens of prefill queued on every engine, past 70 % of the 10 s bound.
+		for k, ep := range e {
+			for i := range 3 {
+				q := &Request{ID: 1000 + 10*k + i, Tokens: toks(uint32(1000+10*k+i), 5000), MaxTokens: 10}
+				p.last = p.pol.Pick(p.request(q), p.view(q, e))
+				p.kvrouter.Dispatched(q, ep.Name)
+			}
+		}
+		plan := p.PlanPD(&Request{ID: 1, Tokens: toks(1, 64), MaxTokens: 10}, e)
+		if plan.Shed == off {
+			t.Fatalf("admission off=%v: plan %+v", off, plan)
+		}
+	}
+}

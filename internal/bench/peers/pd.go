@@ -30,6 +30,9 @@ const (
 // endpoints passed to PlanPD.
 type PDPlan struct {
 	Prefill, Decode int
+	// Shed: the router turned the request away (a fast 429 from admission control); the
+	// harness fails it without sending it anywhere.
+	Shed bool
 }
 
 // Aggregated reports whether the plan serves the request whole on one engine.

@@ -65,7 +65,7 @@ func TestProdstackPDTurnsBothCursors(t *testing.T) {
 	for i := range 4 {
 		got = append(got, p.PlanPD(&Request{ID: i, Tokens: toks(1, 64)}, fleet))
 	}
-	want := []PDPlan{{0, 2}, {1, 3}, {0, 2}, {1, 3}}
+	want := []PDPlan{{Prefill: 0, Decode: 2}, {Prefill: 1, Decode: 3}, {Prefill: 0, Decode: 2}, {Prefill: 1, Decode: 3}}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("plans %v, want %v", got, want)

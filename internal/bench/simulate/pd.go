@@ -93,6 +93,11 @@ func (s *sim) setupPD(prof timing.Profile) error {
 func (s *sim) arrivePD(i int, eps []peers.Endpoint) {
 	st := &s.reqs[i]
 	plan := s.pd.pol.PlanPD(&st.pr, eps)
+	if plan.Shed {
+		s.recs[i].Failed, s.recs[i].Shed = true, true
+		s.finishOne(i)
+		return
+	}
 	d, p := plan.Decode, plan.Prefill
 	if d < 0 || d >= s.active {
 		s.pd.badPlans++

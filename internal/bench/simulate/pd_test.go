@@ -253,3 +253,29 @@ func TestSplitRequestCountsOnItsDecodeEngineDuringThePrefill(t *testing.T) {
 		t.Fatal("plans made while earlier requests were being prefilled saw an idle decode pool")
 	}
 }
+
+// shedOdd is splitAll refusing every odd request, as admission control does with a fast 429.
+type shedOdd struct{ *splitAll }
+
+func (p shedOdd) PlanPD(r *peers.Request, eps []peers.Endpoint) peers.PDPlan {
+	if r.ID%2 == 1 {
+		return peers.PDPlan{Prefill: -1, Decode: -1, Shed: true}
+	}
+	return p.splitAll.PlanPD(r, eps)
+}
+
+func TestShedPlanFailsTheRequestUnsent(t *testing.T) {
+	s := pdSpec("rdma")
+	split, pol := splitFactory()
+	f := peers.Factory{Name: "shed-odd", NeedsEvents: true, New: func(e peers.Env) peers.Policy {
+		return shedOdd{split.New(e).(*splitAll)}
+	}}
+	res, reqs := runPD(t, s, f)
+	odd := len(reqs) / 2
+	if res.Shed != odd || res.Failed != odd || res.Completed != len(reqs)-odd {
+		t.Fatalf("shed %d, failed %d, completed %d of %d; want %d shed and failed", res.Shed, res.Failed, res.Completed, len(reqs), odd)
+	}
+	if p := *pol; p.dispatchedPrefill != len(reqs)-odd {
+		t.Fatalf("%d prefill legs for %d requests not shed", p.dispatchedPrefill, len(reqs)-odd)
+	}
+}
