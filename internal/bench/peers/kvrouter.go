@@ -145,7 +145,8 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	view := p.view(r, eps)
 	if p.admit != nil && len(eps) > 0 {
 		if d := p.admit.CheckEarly(p.pol, admission.Interactive, view, p.at()); !d.Admit {
-			return p.refuse(r, d)
+			p.recordShed(d, "admission_shed_early_")
+			return p.refuse(r)
 		}
 	}
 	if p.q != nil && len(eps) > 0 && (p.q.Len() > 0 || p.pol.ShouldHold(view)) {
@@ -161,14 +162,9 @@ func (p *kvrouter) Pick(r *Request, eps []Endpoint) int {
 	}
 	p.last = p.pick(r, view)
 	if !p.admitted(r, view) {
-		return p.refuse(r, admission.Decision{})
+		return p.refuse(r)
 	}
-	for i, e := range eps {
-		if e.Name == p.last.Endpoint {
-			return i
-		}
-	}
-	return 0 // no decision (cannot happen with ready endpoints)
+	return max(indexOf(eps, p.last.Endpoint), 0) // -1: no decision (cannot happen with ready endpoints)
 }
 
 // admitted applies admission to p.last, the policy's decision for r among view, which it may
@@ -178,21 +174,21 @@ func (p *kvrouter) admitted(r *Request, view []policy.Endpoint) bool {
 		return true
 	}
 	d := p.admit.CheckRouted(p.pol, admission.Interactive, view, &p.last, len(r.Tokens), r.Adapter, p.at())
-	if d.Admit {
-		return true
+	if !d.Admit {
+		p.recordShed(d, "admission_shed_")
 	}
-	p.admit.Shed(d, admission.Interactive, p.at())
-	p.reasons["admission_shed_"+string(d.Reason)]++
-	return false
+	return d.Admit
 }
 
-// refuse hands r back as shed at the next Release (the client's fast 429); d, when it carries a
-// reason, is an early refusal still to be recorded.
-func (p *kvrouter) refuse(r *Request, d admission.Decision) int {
-	if d.Reason != "" {
-		p.admit.Shed(d, admission.Interactive, p.at())
-		p.reasons["admission_shed_early_"+string(d.Reason)]++
-	}
+// recordShed counts a request admission turned away, in the controller (its shed rate) and in the
+// decision reasons under prefix.
+func (p *kvrouter) recordShed(d admission.Decision, prefix string) {
+	p.admit.Shed(d, admission.Interactive, p.at())
+	p.reasons[prefix+string(d.Reason)]++
+}
+
+// refuse hands r back as shed at the next Release (the client's fast 429).
+func (p *kvrouter) refuse(r *Request) int {
 	p.shed = append(p.shed, r)
 	return Hold
 }
@@ -200,8 +196,8 @@ func (p *kvrouter) refuse(r *Request, d admission.Decision) int {
 // Release implements Queuer: first the requests refused (by admission control, a full queue or
 // the queue's MaxWait: shed, ep -1), then the oldest waiting request once ShouldHold no longer
 // holds, to the engine the policy picks for it now (its cache affinity judged on the load of
-// this moment), if admission control takes it there. This is what the proxy's router queue does (internal/router/proxy/queue.go: kick);
-// waiting further for the picked engine itself to be able to start it (policy.CanStart) did
+// this moment), if admission control takes it there. This is what the proxy's router queue
+// does (internal/router/proxy/queue.go: kick); waiting further for the picked engine itself to be able to start it (policy.CanStart) did
 // better on shared-prefix in session runs, but the proxy does not do it, and the simulation must
 // not credit kvrouter with what it does not ship.
 func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
@@ -224,13 +220,7 @@ func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 		return nil, 0, false
 	}
 	d := p.pol.Evaluate(p.request(r), view)
-	j := -1
-	for i := range view {
-		if view[i].Name == d.Endpoint {
-			j = i
-		}
-	}
-	if j < 0 {
+	if indexOf(eps, d.Endpoint) < 0 {
 		return nil, 0, false
 	}
 	p.pol.Commit(d)
@@ -240,12 +230,7 @@ func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 	if !p.admitted(r, view) {
 		return r, -1, true
 	}
-	for i := range view {
-		if view[i].Name == p.last.Endpoint {
-			j = i
-		}
-	}
-	return r, j, true
+	return r, indexOf(eps, p.last.Endpoint), true // admission may have moved it
 }
 
 // Queued implements Queuer.

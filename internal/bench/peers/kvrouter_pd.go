@@ -116,8 +116,7 @@ func (p *kvrouterPD) PlanPD(r *Request, eps []Endpoint) PDPlan {
 	view := p.view(r, eps)
 	if p.admit != nil {
 		if a := p.admit.CheckEarly(p.pol, admission.Interactive, view, p.at()); !a.Admit {
-			p.admit.Shed(a, admission.Interactive, p.at())
-			p.reasons["admission_shed_early_"+string(a.Reason)]++
+			p.recordShed(a, "admission_shed_early_")
 			return PDPlan{Prefill: -1, Decode: -1, Shed: true}
 		}
 	}
@@ -139,8 +138,7 @@ func (p *kvrouterPD) PlanPD(r *Request, eps []Endpoint) PDPlan {
 			}
 		}
 		if a := p.admit.CheckRouted(p.pol, admission.Interactive, whole, &d.Whole, len(r.Tokens), r.Adapter, p.at()); !a.Admit {
-			p.admit.Shed(a, admission.Interactive, p.at())
-			p.reasons["admission_shed_"+string(a.Reason)]++
+			p.recordShed(a, "admission_shed_")
 			return PDPlan{Prefill: -1, Decode: -1, Shed: true}
 		}
 	}

@@ -49,7 +49,7 @@ func (c *Controller) CheckEarly(pr Predictor, p Priority, eps []policy.Endpoint,
 		}
 		l := &eps[i].Load
 		e := FromPolicy(&eps[i])
-		Fill(&e, pr, l.QueuedPrefillTokens+l.RemotePrefillTokens, 0)
+		fill(&e, pr, l.QueuedPrefillTokens+l.RemotePrefillTokens, 0)
 		aeps = append(aeps, e)
 	}
 	return c.Check(p, aeps, -1, now)
@@ -81,7 +81,7 @@ func (c *Controller) CheckRouted(pr Predictor, p Priority, eps []policy.Endpoint
 	if chosen < 0 {
 		return Decision{Admit: true} // the policy picks a ready endpoint; nothing to bound otherwise
 	}
-	Fill(&aeps[chosen], pr, d.PrefillWork, d.UncachedTokens)
+	fill(&aeps[chosen], pr, d.PrefillWork, d.UncachedTokens)
 	aeps[chosen].TTFT = d.PredictedTTFT
 	first := c.Check(p, aeps, chosen, now)
 	if first.Admit || first.Reason == ReasonFleetQueue {
@@ -98,7 +98,7 @@ func (c *Controller) CheckRouted(pr Predictor, p Priority, eps []policy.Endpoint
 		}
 		l := &eps[src[j]].Load
 		work := l.QueuedPrefillTokens + l.RemotePrefillTokens + promptTokens
-		ttft := Fill(&aeps[j], pr, work, promptTokens)
+		ttft := fill(&aeps[j], pr, work, promptTokens)
 		if !c.Check(p, aeps, j, now).Admit {
 			continue
 		}
@@ -112,7 +112,7 @@ func (c *Controller) CheckRouted(pr Predictor, p Priority, eps []policy.Endpoint
 	return first
 }
 
-// FromPolicy is admission's view of an endpoint's load, its prediction not yet filled in (Fill).
+// FromPolicy is admission's view of an endpoint's load, its prediction not yet filled in (fill).
 func FromPolicy(e *policy.Endpoint) Endpoint {
 	l := &e.Load
 	return Endpoint{Name: e.Name, Queued: l.QueuedRequests + l.RemoteQueuedRequests,
@@ -120,9 +120,9 @@ func FromPolicy(e *policy.Endpoint) Endpoint {
 		Running: l.Running, KVUsage: l.KVUsage}
 }
 
-// Fill sets e's prediction for a request with work tokens of prefill there, own of them its own,
+// fill sets e's prediction for a request with work tokens of prefill there, own of them its own,
 // and returns the predicted TTFT.
-func Fill(e *Endpoint, pr Predictor, work, own int) float64 {
+func fill(e *Endpoint, pr Predictor, work, own int) float64 {
 	e.TTFT, e.Calibrated = pr.PredictTTFT(e.Name, work)
 	e.ServiceTTFT = 0
 	if e.Calibrated {

@@ -92,14 +92,21 @@ func (s *Server) admitRouted(eps []policy.Endpoint, d *policy.Decision, promptTo
 	if s.admit == nil || d.Endpoint == "" {
 		return nil
 	}
-	now := s.now()
-	s.policyMu.Lock()
-	a := s.admit.CheckRouted(s.policy, p, eps, d, promptTokens, adapter, now)
-	s.policyMu.Unlock()
+	// The policy is locked for each prediction only, not across the admission checks.
+	a := s.admit.CheckRouted(lockedPredictor{s}, p, eps, d, promptTokens, adapter, s.now())
 	if !a.Admit {
 		return s.shed(p, a)
 	}
 	return nil
+}
+
+// lockedPredictor reads the policy's TTFT model under policyMu.
+type lockedPredictor struct{ s *Server }
+
+func (l lockedPredictor) PredictTTFT(endpoint string, work int) (float64, bool) {
+	l.s.policyMu.Lock()
+	defer l.s.policyMu.Unlock()
+	return l.s.policy.PredictTTFT(endpoint, work)
 }
 
 // shed records a request turned away and returns the 429 it gets.
