@@ -73,6 +73,15 @@ type Result struct {
 	// Shed is the failed requests the router turned away (admission control or its queue bound).
 	Shed      int     `json:"shed,omitempty"`
 	DurationS float64 `json:"duration_s"`
+	// BalancedDurationS is what the run would have lasted had every endpoint that served
+	// output finished together, each at the output rate it kept from the first arrival to its
+	// own last finish: the total output over the sum of those rates. DurationS over it is what
+	// the uneven end of the run cost. Past saturation most of a run is the drain of the
+	// engines' backlogs, and one engine left with the longest answers sets the duration, so
+	// output throughput and goodput (both per second of the whole run) measure the drain's
+	// balance as much as the fleet's speed. An estimate, not a bound: an engine given more
+	// work might have run it in larger batches. 0 without output.
+	BalancedDurationS float64 `json:"balanced_duration_s,omitempty"`
 
 	OutputThroughput float64 `json:"output_throughput_tok_s"`
 	InputThroughput  float64 `json:"input_throughput_tok_s"`
@@ -122,6 +131,7 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 	good := 0
 	first, last := math.Inf(1), 0.0
 	per := map[string]int{}
+	drain := map[string]*endpointDrain{}
 	for _, e := range endpoints {
 		per[e] = 0
 	}
@@ -147,6 +157,15 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 		cached += min(r.CachedTokens, r.PromptTokens)
 		out += r.OutputTokens
 		inTok += r.PromptTokens
+		if r.OutputTokens > 0 {
+			d := drain[r.Endpoint]
+			if d == nil {
+				d = &endpointDrain{}
+				drain[r.Endpoint] = d
+			}
+			d.output += r.OutputTokens
+			d.last = math.Max(d.last, r.Finish)
+		}
 		if r.TTFT() <= slo.TTFT && r.MeanITL() <= slo.ITL {
 			good++
 			goodOut += r.OutputTokens
@@ -156,6 +175,7 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 		duration = last - first
 	}
 	res.DurationS = duration
+	res.BalancedDurationS = balancedDuration(drain, first)
 	if duration > 0 {
 		res.OutputThroughput = float64(out) / duration
 		res.InputThroughput = float64(inTok) / duration
@@ -199,6 +219,30 @@ func Summarize(recs []Record, itl []float64, endpoints []string, slo SLO, durati
 		res.ScaledUpShare, res.ScaledUpFairShare = &share, &fair
 	}
 	return res
+}
+
+// endpointDrain is what one endpoint served of a run: its output tokens and its last finish.
+type endpointDrain struct {
+	output int
+	last   float64
+}
+
+// balancedDuration is BalancedDurationS: the endpoints' output over the sum of their output
+// rates, each rate taken from first (the run's first arrival) to the endpoint's last finish.
+func balancedDuration(drain map[string]*endpointDrain, first float64) float64 {
+	total, rate := 0, 0.0
+	for _, d := range drain {
+		span := d.last - first
+		if span <= 0 {
+			continue
+		}
+		total += d.output
+		rate += float64(d.output) / span
+	}
+	if rate <= 0 {
+		return 0
+	}
+	return float64(total) / rate
 }
 
 // Percentile returns the p-th percentile (0-100) with linear interpolation; 0 for no data. It
@@ -262,6 +306,7 @@ func Mean(runs []Result) Result {
 		failed += float64(r.Failed)
 		pre += float64(r.Preemptions)
 		out.DurationS += r.DurationS / n
+		out.BalancedDurationS += r.BalancedDurationS / n
 		out.OutputThroughput += r.OutputThroughput / n
 		out.InputThroughput += r.InputThroughput / n
 		out.Goodput += r.Goodput / n

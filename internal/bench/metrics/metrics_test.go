@@ -59,6 +59,36 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// One engine left with the longest answers sets a run's duration; the balanced duration is what
+// the run would have lasted had the fleet's output been spread so that every engine finished
+// together at the rate it kept.
+func TestBalancedDurationPricesAnUnevenEnd(t *testing.T) {
+	recs := []Record{
+		// a: 100 tokens by t=10 (10 tok/s); b: 300 tokens by t=20 (15 tok/s).
+		{Endpoint: "a", Arrival: 0, FirstToken: 1, Finish: 10, PromptTokens: 10, OutputTokens: 100},
+		{Endpoint: "b", Arrival: 0, FirstToken: 1, Finish: 12, PromptTokens: 10, OutputTokens: 100},
+		{Endpoint: "b", Arrival: 0, FirstToken: 1, Finish: 20, PromptTokens: 10, OutputTokens: 200},
+		// Failed and shed requests served nothing: they move neither the output nor the spans.
+		{Endpoint: "b", Arrival: 0, Failed: true, Finish: 30, PromptTokens: 10, OutputTokens: 50},
+		{Endpoint: "c", Arrival: 0, Failed: true, Shed: true, PromptTokens: 10},
+	}
+	r := Summarize(recs, nil, []string{"a", "b", "c"}, SLO{TTFT: 9, ITL: 9}, 0, nil)
+	if r.DurationS != 20 {
+		t.Fatalf("duration %v, want 20", r.DurationS)
+	}
+	// 400 tokens at 10 + 15 tok/s.
+	if want := 400.0 / 25; math.Abs(r.BalancedDurationS-want) > 1e-9 {
+		t.Fatalf("balanced duration %v, want %v", r.BalancedDurationS, want)
+	}
+	even := Summarize(recs[:1], nil, []string{"a"}, SLO{TTFT: 9, ITL: 9}, 0, nil)
+	if even.BalancedDurationS != even.DurationS {
+		t.Fatalf("one engine: balanced %v, duration %v; want them equal", even.BalancedDurationS, even.DurationS)
+	}
+	if none := Summarize(recs[3:], nil, []string{"b", "c"}, SLO{TTFT: 9, ITL: 9}, 0, nil); none.BalancedDurationS != 0 {
+		t.Fatalf("no output: balanced %v, want 0", none.BalancedDurationS)
+	}
+}
+
 func TestScaleUpShare(t *testing.T) {
 	recs := []Record{
 		{Endpoint: "old", Arrival: 5, FirstToken: 6, Finish: 7, OutputTokens: 1},
@@ -74,15 +104,15 @@ func TestScaleUpShare(t *testing.T) {
 func TestMeanOverSeeds(t *testing.T) {
 	half, fair := 0.25, 0.5
 	more := 0.75
-	a := Result{Policy: "p", Rate: 10, Requests: 10, Completed: 9, OutputThroughput: 100, TTFTP99: 2, HitRate: 0.5,
+	a := Result{Policy: "p", Rate: 10, Requests: 10, Completed: 9, OutputThroughput: 100, BalancedDurationS: 8, TTFTP99: 2, HitRate: 0.5,
 		Preemptions: 3, ScaledUpShare: &half, ScaledUpFairShare: &fair, PerEndpoint: map[string]int{"e0": 4}, Extra: map[string]float64{"x": 1}}
-	b := Result{Policy: "p", Rate: 10, Requests: 12, Completed: 12, OutputThroughput: 200, TTFTP99: 4, HitRate: 0.7,
+	b := Result{Policy: "p", Rate: 10, Requests: 12, Completed: 12, OutputThroughput: 200, BalancedDurationS: 12, TTFTP99: 4, HitRate: 0.7,
 		Preemptions: 4, ScaledUpShare: &more, ScaledUpFairShare: &fair, PerEndpoint: map[string]int{"e0": 6}, Extra: map[string]float64{"x": 3}}
 	m := Mean([]Result{a, b})
 	if m.Policy != "p" || m.Rate != 10 || m.Requests != 11 || m.Completed != 11 || m.Preemptions != 4 {
 		t.Fatalf("counts %+v", m)
 	}
-	if m.OutputThroughput != 150 || m.TTFTP99 != 3 || math.Abs(m.HitRate-0.6) > 1e-12 {
+	if m.OutputThroughput != 150 || m.TTFTP99 != 3 || m.BalancedDurationS != 10 || math.Abs(m.HitRate-0.6) > 1e-12 {
 		t.Fatalf("means %+v", m)
 	}
 	if *m.ScaledUpShare != 0.5 || m.PerEndpoint["e0"] != 5 || m.Extra["x"] != 2 {

@@ -231,6 +231,15 @@ type SharedPrefixRatio struct {
 	RoundRobin float64 `json:"round_robin_output_tok_s"`
 	Ratio      float64 `json:"ratio"`
 	Mark       Mark    `json:"mark"`
+	// BalancedRatio is kvrouter's output over round-robin's had every engine of kvrouter's runs
+	// finished together, each at the output rate it kept (metrics.Result.BalancedDurationS):
+	// what the most even end of the drain would have given, round-robin's run left as it was.
+	// 0 when the runs predate the figure.
+	BalancedRatio float64 `json:"balanced_ratio,omitempty"`
+	// HitRate is kvrouter's token hit rate, HitCeiling the most of the same prompts any
+	// placement could have served from cache (hit_rate_ceiling; 0 when the runs predate it).
+	HitRate    float64 `json:"kvrouter_hit_rate,omitempty"`
+	HitCeiling float64 `json:"hit_rate_ceiling,omitempty"`
 }
 
 // Count is how many rows pass, fail and cannot be judged on one criterion.
@@ -363,6 +372,17 @@ func goodput(r *metrics.Result) float64 { return r.Goodput }
 func itlP90(r *metrics.Result) float64  { return r.ITLP90 }
 func ttftP90(r *metrics.Result) float64 { return r.TTFTP90 }
 func output(r *metrics.Result) float64  { return r.OutputThroughput }
+func hitRate(r *metrics.Result) float64 { return r.HitRate }
+
+// balancedOutput is a run's output throughput had it lasted its balanced duration; 0 without one.
+func balancedOutput(r *metrics.Result) float64 {
+	if r.BalancedDurationS <= 0 {
+		return 0
+	}
+	return r.OutputThroughput * r.DurationS / r.BalancedDurationS
+}
+
+func hitCeiling(r *metrics.Result) float64 { return r.Extra["hit_rate_ceiling"] }
 
 // shedShare is the share of a run's requests that were shed.
 func shedShare(r *metrics.Result) float64 {
@@ -516,6 +536,12 @@ func verdictOf(reports []*Report, o VerdictOptions) (*Verdict, error) {
 					KVRouter: k.stat(output).Median, RoundRobin: b.stat(output).Median}
 				sp.Ratio = ratio(sp.KVRouter, sp.RoundRobin)
 				sp.Mark = markOf(sp.Ratio >= o.Criteria.SharedPrefixTarget)
+				if bal := k.stat(balancedOutput); bal.Min > 0 {
+					sp.BalancedRatio = ratio(bal.Median, sp.RoundRobin)
+				}
+				if c := k.stat(hitCeiling); c.Min > 0 {
+					sp.HitRate, sp.HitCeiling = k.stat(hitRate).Median, c.Median
+				}
 				v.SharedPrefix = append(v.SharedPrefix, sp)
 			}
 		}
@@ -774,7 +800,9 @@ func WriteVerdictMarkdown(w io.Writer, v *Verdict) error {
 			}
 			fmt.Fprintf(w, "%s %g QPS%s %.0f vs %.0f tok/s = **%.2f×** %s", sep, s.Rate, head, s.KVRouter, s.RoundRobin, s.Ratio, markCell(s.Mark))
 		}
-		fmt.Fprint(w, ".\n\n")
+		fmt.Fprint(w, ".")
+		writeSharedPrefixLimits(w, v.KVRouter, v.SharedPrefix)
+		fmt.Fprint(w, "\n\n")
 	}
 	fmt.Fprintln(w, "| criterion | pass | fail | n/a |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|")
@@ -929,6 +957,28 @@ func fineSecs(s float64) string {
 		return fmt.Sprintf("%.1fms", s*1000)
 	}
 	return secs(s)
+}
+
+// writeSharedPrefixLimits adds what bounds the shared-prefix ratio, where the runs carry it:
+// the ratio had kvrouter's engines all finished together, and its hit rate against the most any
+// placement could serve from cache.
+func writeSharedPrefixLimits(w io.Writer, kvrouter string, sps []SharedPrefixRatio) {
+	var bal, hit []string
+	for _, s := range sps {
+		if s.BalancedRatio > 0 {
+			bal = append(bal, fmt.Sprintf("%g QPS %.2f×", s.Rate, s.BalancedRatio))
+		}
+		if s.HitCeiling > 0 {
+			hit = append(hit, fmt.Sprintf("%g QPS %.3f of %.3f", s.Rate, s.HitRate, s.HitCeiling))
+		}
+	}
+	if len(bal) > 0 {
+		fmt.Fprintf(w, " Had %s's engines all finished together, each at the output rate it kept (round-robin's runs as they were): %s.",
+			kvrouter, strings.Join(bal, ", "))
+	}
+	if len(hit) > 0 {
+		fmt.Fprintf(w, " %s's hit rate against the most any placement could serve from cache: %s.", kvrouter, strings.Join(hit, ", "))
+	}
 }
 
 func ratioCell(x float64) string {

@@ -352,3 +352,65 @@ func TestVerdictReportsShedShare(t *testing.T) {
 		t.Fatalf("a row without sheds is listed:\n%s", b.String())
 	}
 }
+
+// The shared-prefix line says what bounds the ratio where the runs carry it: kvrouter's output
+// had its engines all finished together, and its hit rate against the workload's ceiling.
+func TestVerdictSharedPrefixLimits(t *testing.T) {
+	v := func(x ...float64) []float64 { return x }
+	build := func(withLimits bool) *Report {
+		r := matrixReport("shared-prefix", 40, 3, families,
+			fig{"kvrouter", 40, v(180, 200, 190), v(0.02), v(1)},
+			fig{"round-robin", 40, v(100), v(0.02), v(3)},
+		)
+		// kvrouter's runs lasted 100 s; evenly ended they would have lasted 80, 90 and 95 s.
+		balanced := []float64{80, 90, 95}
+		for i := range r.Runs {
+			run := &r.Runs[i].Result
+			if run.Policy != "kvrouter" || !withLimits {
+				continue
+			}
+			k := r.Runs[i].Seed - 42
+			run.DurationS, run.BalancedDurationS = 100, balanced[k]
+			run.HitRate = []float64{0.88, 0.89, 0.87}[k]
+			run.Extra = map[string]float64{"hit_rate_ceiling": []float64{0.90, 0.91, 0.89}[k]}
+		}
+		return r
+	}
+	verdict, err := ComputeVerdict([]*Report{build(true)}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := verdict.SharedPrefix[0]
+	// Balanced outputs per seed: 180·100/80 = 225, 200·100/90 ≈ 222.2, 190·100/95 = 200; the
+	// median over round-robin's 100.
+	if want := 20000.0 / 90 / 100; math.Abs(sp.BalancedRatio-want) > 1e-9 || sp.Ratio != 1.9 {
+		t.Errorf("ratio %v, balanced %v; want 1.9 and %v", sp.Ratio, sp.BalancedRatio, want)
+	}
+	if sp.HitRate != 0.88 || sp.HitCeiling != 0.90 {
+		t.Errorf("hit rate %v of %v, want the medians 0.88 of 0.90", sp.HitRate, sp.HitCeiling)
+	}
+	var b strings.Builder
+	if err := WriteVerdictMarkdown(&b, verdict); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"each at the output rate it kept (round-robin's runs as they were): 40 QPS 2.22×.", "kvrouter's hit rate against the most any placement could serve from cache: 40 QPS 0.880 of 0.900."} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	old, err := ComputeVerdict([]*Report{build(false)}, nil, VerdictOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := old.SharedPrefix[0]; sp.BalancedRatio != 0 || sp.HitCeiling != 0 {
+		t.Errorf("runs without the figures: %+v, want no balanced ratio and no ceiling", sp)
+	}
+	b.Reset()
+	if err := WriteVerdictMarkdown(&b, old); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "finished together") || strings.Contains(b.String(), "serve from cache") {
+		t.Errorf("runs without the figures still get the sentences:\n%s", b.String())
+	}
+}

@@ -150,6 +150,7 @@ type sim struct {
 	pd      *pdRun // nil unless a P/D policy runs on a disaggregated fleet
 	queuer  peers.Queuer
 	link    *eventLink // nil without event jitter and loss: every batch lands after EventLag
+	ceil    *cacheCeiling
 }
 
 // Run simulates one run and returns its figures.
@@ -213,6 +214,7 @@ func Run(cfg Config) (metrics.Result, error) {
 
 	s.reqs = make([]reqState, len(cfg.Requests))
 	s.recs = make([]metrics.Record, len(cfg.Requests))
+	s.ceil = newCacheCeiling(spec.Fleet.BlockSize, len(cfg.Requests))
 	for i := range cfg.Requests {
 		w := &cfg.Requests[i]
 		s.reqs[i] = reqState{w: w, ep: -1}
@@ -282,7 +284,8 @@ func Run(cfg Config) (metrics.Result, error) {
 	for _, e := range s.engines {
 		steps += e.steps
 	}
-	res.Extra = map[string]float64{"sim_wall_s": wall, "engine_steps": float64(steps), "virtual_s": s.now}
+	res.Extra = map[string]float64{"sim_wall_s": wall, "engine_steps": float64(steps), "virtual_s": s.now,
+		"hit_rate_ceiling": s.ceil.rate(func(i int) int { return s.recs[i].PromptTokens }, func(i int) bool { return s.recs[i].Done() })}
 	if s.ecfg.MaxLoRAs > 0 {
 		s.loraExtras(res.Extra)
 	}
@@ -329,6 +332,7 @@ func (s *sim) arrive(i int) {
 		st.prompt = seg.AppendTokens(st.prompt)
 	}
 	rec.PromptTokens = len(st.prompt)
+	s.ceil.arrive(i, st.prompt, w.Adapter)
 	eps := s.endpoints()
 	st.pr = peers.Request{ID: i, Tokens: st.prompt, MaxTokens: w.MaxTokens, Session: w.Session, Adapter: w.Adapter}
 	if s.pd != nil {
@@ -495,6 +499,7 @@ func (s *sim) publish(j int, res engine.StepResult) {
 		s.pol.Finished(&st.pr, e.name)
 		if st.children > 0 {
 			st.output = append([]uint32(nil), r.Output...)
+			s.ceil.finish(st.prompt, st.output, st.w.Adapter)
 		} else {
 			st.prompt = nil
 		}

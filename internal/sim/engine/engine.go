@@ -136,7 +136,8 @@ type Request struct {
 	gen *tokenizer.Generator
 }
 
-// CachedTokens is the number of prompt tokens the prefix cache served at the last admission.
+// CachedTokens is the number of prompt tokens the prefix cache served at the first admission
+// (vLLM's num_cached_tokens: a readmission after a preemption does not change it).
 func (r *Request) CachedTokens() int { return r.s.CachedTokens }
 
 // TransferredTokens is the prompt tokens whose KV the request took from KVTransferred (after the

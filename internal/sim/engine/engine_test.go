@@ -193,6 +193,11 @@ func TestPreemptionWhenBlocksRunOut(t *testing.T) {
 	if b.Preemptions() == 0 {
 		t.Fatal("request preemption count not kept")
 	}
+	// b was readmitted to blocks it had computed itself: like vLLM's num_cached_tokens, what the
+	// prefix cache served is counted at the first admission only, where nothing was cached.
+	if b.CachedTokens() != 0 {
+		t.Fatalf("b reports %d cached prompt tokens, want 0 (its own blocks found again after a preemption are no cache hit)", b.CachedTokens())
+	}
 }
 
 func TestRejectsImpossibleRequests(t *testing.T) {

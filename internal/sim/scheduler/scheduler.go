@@ -75,7 +75,7 @@ type Request struct {
 	NumComputed  int // tokens whose KV is in the cache
 	Status       Status
 	Preemptions  int
-	CachedTokens int // prompt tokens served by the prefix cache at the last admission
+	CachedTokens int // prompt tokens served by the prefix cache at the first admission
 	// TransferredTokens is the prompt tokens whose KV the first admission took from KVTransferred
 	// rather than from the local prefix cache or computation.
 	TransferredTokens int
@@ -321,7 +321,12 @@ func (s *Scheduler) Schedule() Output {
 		r.blocks = append(append(r.blocks[:0], hits...), ids...)
 		r.NumComputed = start
 		r.numStored = len(hits)
-		r.CachedTokens = start
+		if !r.admitted {
+			// vLLM reports what the prefix cache served at the first admission only
+			// (num_cached_tokens): a preempted request readmitted to the blocks it computed
+			// itself found no cache hit the client or a router could have earned.
+			r.CachedTokens = start
+		}
 		r.Status = Running
 		out.PrefixQueries += r.NumTokens()
 		out.PrefixHits += hitTokens
