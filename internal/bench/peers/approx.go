@@ -24,12 +24,12 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// chainHashes returns the chained hashes of tokens in chunks of size (each hash covers its chunk
+// ChainHashes returns the chained hashes of tokens in chunks of size (each hash covers its chunk
 // and every chunk before it, like the peers' prefix hashes). With tail the last partial chunk is
 // hashed too. maxChunks > 0 caps the count. The peers hash characters or tokens with xxhash64;
 // kvbench's synthetic words are exactly 4 characters (" abc"), so a 128-character chunk is 32
 // tokens and character granularity maps onto token granularity without loss.
-func chainHashes(tokens []uint32, size int, tail bool, maxChunks int) []uint64 {
+func ChainHashes(tokens []uint32, size int, tail bool, maxChunks int) []uint64 {
 	var out []uint64
 	var prev uint64
 	for i := 0; i < len(tokens); i += size {

@@ -65,7 +65,7 @@ func newApproxProducer(engineBlock, maxTokens int) *approxProducer {
 }
 
 func (a *approxProducer) hashes(tokens []uint32) []uint64 {
-	return chainHashes(tokens, a.block, true, a.maxBlocks)
+	return ChainHashes(tokens, a.block, true, a.maxBlocks)
 }
 
 // ratios returns matchBlocks/totalBlocks per endpoint and the per-endpoint match in blocks.

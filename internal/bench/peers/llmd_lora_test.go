@@ -61,9 +61,9 @@ func TestLLMDLoRAPrefersThePodWithTheAdapter(t *testing.T) {
 
 func TestModelHashesSeparateAdapters(t *testing.T) {
 	tokens := make([]uint32, 256)
-	base := chainHashes(tokens, 64, true, 0)
-	a := modelHashes(chainHashes(tokens, 64, true, 0), "a")
-	b := modelHashes(chainHashes(tokens, 64, true, 0), "b")
+	base := ChainHashes(tokens, 64, true, 0)
+	a := modelHashes(ChainHashes(tokens, 64, true, 0), "a")
+	b := modelHashes(ChainHashes(tokens, 64, true, 0), "b")
 	if !slices.Equal(modelHashes(slices.Clone(base), ""), base) {
 		t.Fatal("base-model hashes changed")
 	}

@@ -41,7 +41,7 @@ func (p *prodstackPrefix) Pick(r *Request, eps []Endpoint) int {
 	for i := range alive {
 		alive[i] = true
 	}
-	for _, h := range chainHashes(r.Tokens, prodstackChunkTokens, true, 0) {
+	for _, h := range ChainHashes(r.Tokens, prodstackChunkTokens, true, 0) {
 		node := p.nodes[h]
 		if node == nil {
 			break
@@ -68,7 +68,7 @@ func (p *prodstackPrefix) Pick(r *Request, eps []Endpoint) int {
 }
 
 func (p *prodstackPrefix) Dispatched(r *Request, ep string) {
-	for _, h := range chainHashes(r.Tokens, prodstackChunkTokens, true, 0) {
+	for _, h := range ChainHashes(r.Tokens, prodstackChunkTokens, true, 0) {
 		n := p.nodes[h]
 		if n == nil {
 			n = map[string]struct{}{}

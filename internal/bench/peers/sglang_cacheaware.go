@@ -65,7 +65,7 @@ func (p *sglang) Pick(r *Request, eps []Endpoint) int {
 		}
 		return best
 	}
-	hashes := chainHashes(r.Tokens, sglangGranule, true, 0)
+	hashes := ChainHashes(r.Tokens, sglangGranule, true, 0)
 	depth := 0
 	for depth < len(hashes) && len(p.nodes[hashes[depth]]) > 0 {
 		depth++
@@ -99,7 +99,7 @@ func (p *sglang) Pick(r *Request, eps []Endpoint) int {
 
 func (p *sglang) Dispatched(r *Request, ep string) {
 	now := p.now()
-	hs := chainHashes(r.Tokens, sglangGranule, true, 0)
+	hs := ChainHashes(r.Tokens, sglangGranule, true, 0)
 	for i, h := range hs {
 		n := p.nodes[h]
 		if n == nil {

@@ -17,10 +17,9 @@ limitations under the License.
 package simulate
 
 import (
-	"encoding/binary"
-	"unsafe"
-
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvrouter/kvrouter/internal/bench/peers"
 )
 
 // cacheCeiling measures the most of the prompts that any placement could have served from
@@ -49,17 +48,15 @@ func newCacheCeiling(blockSize, requests int) *cacheCeiling {
 func (c *cacheCeiling) arrive(i int, prompt []uint32, adapter string) {
 	maxHit := (len(prompt) - 1) / c.block
 	hit, counting := 0, true
-	c.walk(prompt, adapter, func(k int, h uint64) {
+	for k, h := range c.blocks(prompt, adapter) {
 		_, ok := c.seen[h]
 		if counting && ok && k < maxHit {
 			hit++
 		} else {
 			counting = false
 		}
-		if !ok {
-			c.seen[h] = struct{}{}
-		}
-	})
+		c.seen[h] = struct{}{}
+	}
 	c.hits[i] = hit * c.block
 }
 
@@ -71,25 +68,22 @@ func (c *cacheCeiling) finish(prompt, output []uint32, adapter string) {
 	}
 	all := make([]uint32, 0, len(prompt)+len(output))
 	all = append(append(all, prompt...), output...)
-	c.walk(all[:len(all)-1], adapter, func(_ int, h uint64) { c.seen[h] = struct{}{} })
+	for _, h := range c.blocks(all[:len(all)-1], adapter) {
+		c.seen[h] = struct{}{}
+	}
 }
 
-// walk calls f with the index and chained hash of every full block of tokens.
-func (c *cacheCeiling) walk(tokens []uint32, adapter string, f func(k int, h uint64)) {
-	var d xxhash.Digest
-	parent := xxhash.Sum64String(adapter)
-	var b [8]byte
-	for k := 0; (k+1)*c.block <= len(tokens); k++ {
-		chunk := tokens[k*c.block : (k+1)*c.block]
-		d.Reset()
-		binary.LittleEndian.PutUint64(b[:], parent)
-		_, _ = d.Write(b[:])
-		// The tokens' bytes as they lie in memory: the hash only has to tell blocks apart
-		// within one run on one machine.
-		_, _ = d.Write(unsafe.Slice((*byte)(unsafe.Pointer(&chunk[0])), 4*len(chunk)))
-		parent = d.Sum64()
-		f(k, parent)
+// blocks returns the chained hashes of tokens' full blocks (the peers' prefix hashes), each
+// mixed with the adapter: the engine keeps an adapter's blocks apart from the base model's.
+func (c *cacheCeiling) blocks(tokens []uint32, adapter string) []uint64 {
+	hs := peers.ChainHashes(tokens, c.block, false, 0)
+	if adapter != "" {
+		salt := xxhash.Sum64String(adapter)
+		for k := range hs {
+			hs[k] ^= salt
+		}
 	}
+	return hs
 }
 
 // rate is the ceiling's hit rate over the requests done says completed, weighted by prompt
