@@ -113,6 +113,7 @@ func kvrouterFactory(name, kind string, tune policy.Config, admit bool) Factory 
 				ix:  e.Events, load: loadsignal.NewTracker(), block: e.BlockSize,
 				pending: map[int]*kvrDispatch{}, reasons: map[string]float64{}, now: e.Now, admit: ac,
 			}
+			p.load.SetClock(p.at) // prefill queues timed in virtual time, as the router times them in real time
 			if tune.HoldAfter > 0 {
 				p.q = queue.New[*Request](queue.Config{Capacity: kvrQueueCapacity, MaxWait: queue.DefaultMaxWait})
 			}

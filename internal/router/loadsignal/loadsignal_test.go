@@ -130,6 +130,43 @@ func TestTicketAccounting(t *testing.T) {
 	}
 }
 
+// The tracker times how long an engine has been on the head of the router's prefill queue: from
+// the dispatch that found the queue empty, then from each first token, which ends the request
+// ahead; a dispatch joining a queue under way does not restart the clock.
+func TestPrefillElapsedTimesTheQueuesHead(t *testing.T) {
+	now := time.Unix(1000, 0)
+	at := func(s float64) { now = time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
+	tr := NewTracker()
+	tr.SetClock(func() time.Time { return now })
+	elapsed := func() float64 {
+		var l [1]policy.Load
+		tr.Loads([]string{"e0"}, l[:], nil)
+		return l[0].PrefillElapsed
+	}
+	a := tr.Dispatch("e0", 2000, 2100)
+	at(0.3)
+	b := tr.Dispatch("e0", 2000, 2100)
+	if got := elapsed(); math.Abs(got-0.3) > 1e-9 {
+		t.Fatalf("0.3 s after the first dispatch, with a second queued behind it: elapsed %v, want 0.3", got)
+	}
+	at(0.5)
+	a.FirstToken()
+	at(0.6)
+	if got := elapsed(); math.Abs(got-0.1) > 1e-9 {
+		t.Fatalf("0.1 s after the first request's first token: elapsed %v, want 0.1 (the second is now at the head)", got)
+	}
+	b.Done()
+	if got := elapsed(); got != 0 {
+		t.Fatalf("empty queue: elapsed %v, want 0", got)
+	}
+	at(2)
+	tr.Dispatch("e0", 500, 600)
+	at(2.05)
+	if got := elapsed(); math.Abs(got-0.05) > 1e-9 {
+		t.Fatalf("after an idle spell: elapsed %v, want 0.05 from the new dispatch", got)
+	}
+}
+
 func TestTicketsConcurrent(t *testing.T) {
 	tr := NewTracker()
 	var wg sync.WaitGroup

@@ -36,6 +36,15 @@ type Tracker struct {
 	eps map[string]*endpointState
 	// loraForgetAfter is how many consecutive failed scrapes drop an endpoint's adapter state.
 	loraForgetAfter int
+	now             func() time.Time
+}
+
+// SetClock replaces the clock the tracker times prefill queues with (time.Now by default):
+// kvbench's simulated router runs it on the simulation's virtual time.
+func (t *Tracker) SetClock(now func() time.Time) {
+	t.mu.Lock()
+	t.now = now
+	t.mu.Unlock()
 }
 
 // DefaultLoRAForgetAfter is the failed scrapes after which an endpoint's adapters are forgotten
@@ -58,8 +67,11 @@ type endpointState struct {
 	inFlight      int
 	prefilling    int // requests without a first token yet
 	queuedPrefill int // their uncached prompt tokens
-	tokens        int // prompt + expected output of every request in flight
-	avgUncached   float64
+	// prefillSince is when the engine got to the head of that queue as this router sees it: the
+	// queue became non-empty, or a first token came back (the request before it is done).
+	prefillSince time.Time
+	tokens       int // prompt + expected output of every request in flight
+	avgUncached  float64
 	// adapters counts this router's requests in flight per LoRA adapter.
 	adapters map[string]int
 	// lora is the engine's scraped adapter state (vllm:lora_requests_info).
@@ -90,7 +102,7 @@ type sample struct {
 
 // NewTracker returns an empty Tracker.
 func NewTracker() *Tracker {
-	return &Tracker{eps: make(map[string]*endpointState), loraForgetAfter: DefaultLoRAForgetAfter}
+	return &Tracker{eps: make(map[string]*endpointState), loraForgetAfter: DefaultLoRAForgetAfter, now: time.Now}
 }
 
 func (t *Tracker) state(ep string) *endpointState {
@@ -133,6 +145,9 @@ func (t *Tracker) DispatchAdapter(ep, adapter string, uncached, tokens int) *Tic
 		s.used(adapter)
 	}
 	s.inFlight++
+	if s.prefilling == 0 {
+		s.prefillSince = t.now()
+	}
 	s.prefilling++
 	s.queuedPrefill += uncached
 	s.tokens += tokens
@@ -153,6 +168,7 @@ func (k *Ticket) FirstToken() {
 		if s := k.t.eps[k.ep]; s != nil {
 			s.prefilling--
 			s.queuedPrefill -= k.uncached
+			s.prefillSince = k.t.now()
 		}
 		k.t.mu.Unlock()
 	})
@@ -181,6 +197,7 @@ func (k *Ticket) Done() {
 func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.now()
 	for i, n := range names {
 		s := t.eps[n]
 		if s == nil {
@@ -196,6 +213,7 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 		out[i] = policy.Load{
 			InFlight:             s.inFlight,
 			QueuedPrefillTokens:  s.queuedPrefill,
+			PrefillElapsed:       s.prefillElapsed(now),
 			InFlightTokens:       s.tokens,
 			RemoteInFlight:       s.remote,
 			RemotePrefillTokens:  s.remotePrefill,
@@ -206,6 +224,15 @@ func (t *Tracker) Loads(names []string, out []policy.Load, failStreaks []int) {
 			KVUsage:              s.metrics.KVUsage,
 		}
 	}
+}
+
+// prefillElapsed is how long (seconds) the engine has been computing the head of this router's
+// prefill queue there; 0 when the queue is empty.
+func (s *endpointState) prefillElapsed(now time.Time) float64 {
+	if s.prefilling == 0 {
+		return 0
+	}
+	return max(0, now.Sub(s.prefillSince).Seconds())
 }
 
 // maxRecent bounds the remembered adapters of an endpoint; far more than any --max-loras.

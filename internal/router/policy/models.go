@@ -214,13 +214,17 @@ func (p *Policy) PredictITL(_ string, streams float64) (seconds float64, ok bool
 	return a + b*max(streams, 0), true
 }
 
-// slope is an endpoint's fitted seconds per prefill token (the fleet's while it has too few
-// observations of its own).
-func (p *Policy) slope(endpoint string) float64 {
+// fit is an endpoint's fitted TTFT line: intercept (seconds) and slope (seconds per prefill
+// token), the fleet's while it has too few observations of its own.
+func (p *Policy) fit(endpoint string) (intercept, slope float64) {
 	if m := p.models[endpoint]; m != nil && m.Calibrated() {
-		_, b := m.Params()
-		return b
+		return m.Params()
 	}
-	_, b := p.fleetPrior(endpoint)
+	return p.fleetPrior(endpoint)
+}
+
+// slope is an endpoint's fitted seconds per prefill token (see fit).
+func (p *Policy) slope(endpoint string) float64 {
+	_, b := p.fit(endpoint)
 	return b
 }

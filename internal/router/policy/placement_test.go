@@ -275,6 +275,36 @@ func TestLowReuseNarrowsThePlacementTTFTCap(t *testing.T) {
 	}
 }
 
+// Where every engine has a prefill under way, an unfollowed prompt goes to the one whose prefill
+// is nearly done (the router counts queued prompts whole until their first token), not where the
+// placement counts would put it; the TTFT the policy predicts and learns from still counts the
+// whole queue, and followed traffic is still spread by the counts.
+func TestUnfollowedPromptsStartWhereAPrefillIsNearlyDone(t *testing.T) {
+	pick := func(reuse float64) Decision {
+		p := New(Config{Kind: Auto})
+		p.reuse = reuse
+		p.placed = map[string]float64{"e0": 0, "e1": 5, "e2": 5} // e0 is owed new prefixes
+		eps := fleet(3)
+		for i := range eps {
+			eps[i].Load.InFlight, eps[i].Load.QueuedPrefillTokens = 1, 2000
+			eps[i].Load.PrefillElapsed = 0.01
+		}
+		// At the priors (0.05 s + 0.1 ms a token) e2's prefill has 500 of its 2,000 tokens left.
+		eps[2].Load.PrefillElapsed = 0.2
+		return p.Pick(prefillReq(2000), eps)
+	}
+	d := pick(lowReuse / 2)
+	if d.Endpoint != "e2" {
+		t.Fatalf("unfollowed traffic: placed on %s, whose prefill has barely started, not on e2", d.Endpoint)
+	}
+	if d.PrefillWork != 4000 || math.Abs(d.PredictedTTFT-0.45) > 1e-9 {
+		t.Fatalf("prediction: work %d, TTFT %.3f s; want the whole queue counted (4000, 0.450 s)", d.PrefillWork, d.PredictedTTFT)
+	}
+	if got := pick(1).Endpoint; got != "e0" {
+		t.Fatalf("followed traffic: placed on %s, not by the placement counts", got)
+	}
+}
+
 // Where prompts seldom find a holder, a new one goes to the engine with clearly fewer tokens in
 // flight (whose decode steps read less KV cache) before the placement counts; where traffic
 // follows its prefixes the counts keep the first word, and a difference inside the band is no

@@ -32,6 +32,9 @@ type Load struct {
 	// Router-local accounting, exact and instant.
 	InFlight            int // requests this router has in flight there
 	QueuedPrefillTokens int // uncached prompt tokens of those requests that have not had a first token yet
+	// PrefillElapsed is how long (seconds) the engine has been computing the head of that queue:
+	// since the queue last became non-empty or a first token of it last came back (0: empty).
+	PrefillElapsed float64
 	// InFlightTokens is the prompt plus max_tokens (or the default cap) of the requests this
 	// router has in flight there: a bound on the KV cache their decodes read at every step.
 	InFlightTokens int
