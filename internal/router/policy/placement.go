@@ -80,7 +80,10 @@ const placementMemory = 64
 // the narrow cap the first two passes also keep to the endpoints that would start the prompt
 // within startTie of the soonest, judged on their prefill queues' progress (startsAt): where
 // every engine has a prefill under way, the ones whose prefill is nearly done (unique prompts
-// at 30 QPS: TTFT p90 1.00× round-robin's, against 1.01×).
+// at 30 QPS: TTFT p90 1.00× round-robin's, against 1.01×). The start cap is part of the narrow
+// cap: when no endpoint within it is within the other caps, the third pass's usual cap follows.
+// Running the first two passes again without it first looked the safer order and measured worse
+// (26 rows of the issue 18 matrix meeting every criterion against 29; docs/benchmarks.md).
 func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
