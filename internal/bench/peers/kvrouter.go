@@ -198,9 +198,9 @@ func (p *kvrouter) refuse(r *Request) int {
 // the queue's MaxWait: shed, ep -1), then the oldest waiting request once ShouldHold no longer
 // holds, to the engine the policy picks for it now (its cache affinity judged on the load of
 // this moment), if admission control takes it there. This is what the proxy's router queue
-// does (internal/router/proxy/queue.go: kick); waiting further for the picked engine itself to be able to start it (policy.CanStart) did
-// better on shared-prefix in session runs, but the proxy does not do it, and the simulation must
-// not credit kvrouter with what it does not ship.
+// does (internal/router/proxy/queue.go: kick); waiting further for the picked engine itself to
+// be able to start it (policy.CanStart) did better on shared-prefix in session runs, but the
+// proxy does not do it, and the simulation must not credit kvrouter with what it does not ship.
 func (p *kvrouter) Release(eps []Endpoint) (*Request, int, bool) {
 	if n := len(p.shed); n > 0 {
 		r := p.shed[0]

@@ -92,7 +92,9 @@ func (p *Policy) Evaluate(req Request, eps []Endpoint) Decision {
 		}
 		c.work = e.Load.QueuedPrefillTokens + e.Load.RemotePrefillTokens + c.uncached
 		c.ttft = p.predict(e.Name, c.work)
-		c.start = p.startsAt(e, c.uncached)
+		if p.reuse < lowReuse { // only the narrow placement cap reads it (place)
+			c.start = p.startsAt(e, c.uncached)
+		}
 		if req.LoRA != "" {
 			c.lora = fitOf(e.Load.LoRA)
 			lc := p.loraCost(req, e.Load.LoRA, streams)
