@@ -145,3 +145,39 @@ func TestFleetFitMatchesMedianFit(t *testing.T) {
 		}
 	}
 }
+
+// Engines whose fits differ by less than fitBand are predicted on the fleet's line, so a prompt
+// goes to the shorter queue rather than to the engine whose fit happens to read faster; an
+// engine clearly slower than the line is still predicted, and avoided, on its own fit.
+func TestEnginesWithinTheBandAreComparedOnTheFleetsLine(t *testing.T) {
+	setup := func(slope1 float64) (*Policy, []Endpoint) {
+		p := New(Config{Kind: Auto})
+		for i, slope := range []float64{1e-4, slope1, 1e-4} {
+			for x := 10000; x <= 100000; x += 10000 {
+				p.ObserveTTFT(fmt.Sprintf("e%d", i), x, priorIntercept+slope*float64(x))
+			}
+		}
+		eps := fleet(3)
+		eps[0].Load.QueuedPrefillTokens = 2000
+		eps[2].Load.QueuedPrefillTokens = 100000
+		return p, eps
+	}
+	line := priorIntercept + 1e-4*20000
+
+	p, eps := setup(1.2e-4) // 20 % slower by its own fit: noise, within the band
+	if got, _ := p.PredictTTFT("e1", 20000); math.Abs(got-line) > 0.01*line {
+		t.Fatalf("within the band: e1 predicted %.3f s for 20,000 tokens, want the fleet's line, %.3f s", got, line)
+	}
+	if d := p.Pick(prefillReq(20000), eps); d.Endpoint != "e1" {
+		t.Fatalf("within the band: placed on %s, behind a queue, not on the idle e1", d.Endpoint)
+	}
+
+	p, eps = setup(2e-4) // twice as slow: an engine that is
+	own := priorIntercept + 2e-4*20000
+	if got, _ := p.PredictTTFT("e1", 20000); math.Abs(got-own) > 0.02*own {
+		t.Fatalf("beyond the band: e1 predicted %.3f s for 20,000 tokens, want its own fit, %.3f s", got, own)
+	}
+	if d := p.Pick(prefillReq(20000), eps); d.Endpoint != "e0" {
+		t.Fatalf("beyond the band: placed on %s, not on e0, whose queue costs less than e1's speed", d.Endpoint)
+	}
+}

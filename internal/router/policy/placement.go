@@ -72,18 +72,25 @@ const placementMemory = 64
 // Why the TTFT cap narrows where prefixes are not followed: the slack under it buys spreading
 // for the traffic a new prefix will draw, and where the reuse share is under lowReuse a prefix
 // draws next to none. Below saturation the first two passes then allow no more than ttftTie
-// later than the best; the third pass brings the usual cap back before the TTFT is left
-// unbounded. On unique prompts at 30 QPS the usual cap sent 2,000-token prompts behind a
-// prefill already under way (TTFT p90 1.11× round-robin's); narrowed, 1.01×. Without the
-// third pass a narrow cap that no endpoint within the stream cap met dropped the TTFT cap at
-// once, and the Mooncake conversation trace's tail grew (docs/benchmarks.md, issue 18). Under
-// the narrow cap the first two passes also keep to the endpoints that would start the prompt
-// within startTie of the soonest, judged on their prefill queues' progress (startsAt): where
-// every engine has a prefill under way, the ones whose prefill is nearly done (unique prompts
-// at 30 QPS: TTFT p90 1.00× round-robin's, against 1.01×). The start cap is part of the narrow
-// cap: when no endpoint within it is within the other caps, the third pass's usual cap follows.
-// Running the first two passes again without it first looked the safer order and measured worse
-// (26 rows of the issue 18 matrix meeting every criterion against 29; docs/benchmarks.md).
+// later than the best; the third and fourth passes bring the usual cap back, with the cost cap
+// and then without it, before the TTFT is left unbounded. On unique prompts at 30 QPS the usual
+// cap sent 2,000-token prompts behind a prefill already under way (TTFT p90 1.11×
+// round-robin's); narrowed, 1.01×. Without the third pass a narrow cap that no endpoint within
+// the stream cap met dropped the TTFT cap at once, and the Mooncake conversation trace's tail
+// grew (docs/benchmarks.md, issue 18). Under the narrow cap the first two passes also keep to
+// the endpoints that would start the prompt within startTie of the soonest, judged on their
+// prefill queues' progress (startsAt): where every engine has a prefill under way, the ones
+// whose prefill is nearly done (unique prompts at 30 QPS: TTFT p90 1.00× round-robin's, against
+// 1.01×). The start cap is part of the narrow cap: when no endpoint within it is within the
+// other caps, the third pass's usual cap follows. Running the first two passes again without it
+// first looked the safer order and measured worse (26 rows of the issue 18 matrix meeting every
+// criterion against 29; docs/benchmarks.md). Taking the soonest start among the endpoints those
+// passes can take, so that the start cap never empties them, measured worse too (45 rows
+// meeting the TTFT criterion against 47). What the fourth pass mends: with only the third, the
+// cost cap outranked the TTFT cap once the narrow passes were empty, and a long prompt of the
+// Mooncake synthetic trace went behind a queue seconds long while an engine with none was
+// within the usual cap and the stream cap, over the cost cap only for the streams its prefill
+// would stall (TestUsualTTFTCapOutranksTheCostCapAfterTheNarrowOne).
 func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 	if p.cfg.Kind == PrefillBound {
 		return p.lowestCost(cands)
@@ -125,6 +132,7 @@ func (p *Policy) place(cands []candidate, spread, unsaturated bool) int {
 		{cost: true, streams: true, ttft: ttftCap, start: startCap},
 		{streams: true, ttft: ttftCap, start: startCap},
 		{cost: true, streams: true, ttft: spreadCap, start: unbounded}, // differs from the first with low reuse
+		{streams: true, ttft: spreadCap, start: unbounded},             // and from the second
 		{cost: true, streams: true, ttft: unbounded, start: unbounded},
 		{cost: true, ttft: unbounded, start: unbounded},
 	}

@@ -305,6 +305,32 @@ func TestUnfollowedPromptsStartWhereAPrefillIsNearlyDone(t *testing.T) {
 	}
 }
 
+// Where the narrow TTFT cap's passes take nothing, the usual TTFT cap still outranks the cost
+// cap. Here e1's fit is faster than the others' (beyond fitBand) and its long queue nearly done,
+// so the start cap keeps to it, but its whole queue puts its first token far past the narrow cap:
+// the narrow passes are empty. e0, idle of prefill, is within the usual cap but over the cost cap
+// for the streams its prefill would stall; e2 is within the cost cap a second later. Without a
+// pass on the usual cap and the stream cap alone the placement fell through to one without a
+// TTFT cap, and to e2.
+func TestUsualTTFTCapOutranksTheCostCapAfterTheNarrowOne(t *testing.T) {
+	p := New(Config{Kind: Auto})
+	p.reuse = lowReuse / 2
+	for i, slope := range []float64{1e-4, 0.7e-4, 1e-4} {
+		name := fmt.Sprintf("e%d", i)
+		for x := 10000; x <= 100000; x += 10000 {
+			p.ObserveTTFT(name, x, priorIntercept+slope*float64(x))
+		}
+	}
+	eps := fleet(3)
+	eps[0].Load.InFlight = 2
+	eps[1].Load.InFlight, eps[1].Load.QueuedPrefillTokens, eps[1].Load.PrefillElapsed = 2, 150000, 20
+	eps[2].Load.InFlight, eps[2].Load.QueuedPrefillTokens = 1, 10000
+	d := p.Pick(prefillReq(60000), eps)
+	if d.Endpoint != "e0" {
+		t.Fatalf("placed on %s (predicted TTFT %.2f s), not on e0, the one endpoint within the usual TTFT cap and the stream cap", d.Endpoint, d.PredictedTTFT)
+	}
+}
+
 // Where prompts seldom find a holder, a new one goes to the engine with clearly fewer tokens in
 // flight (whose decode steps read less KV cache) before the placement counts; where traffic
 // follows its prefixes the counts keep the first word, and a difference inside the band is no
