@@ -54,6 +54,8 @@ func main() {
 		err = runPolicies(os.Args[2:], os.Stdout)
 	case "verdict":
 		err = runVerdict(os.Args[2:], os.Stdout)
+	case "paired":
+		err = runPaired(os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -82,8 +84,10 @@ func usage() {
   kvbench markdown [--sweep a,b] REPORT.json...           (Markdown tables for docs/benchmarks.md)
   kvbench policies [--families] [--set matrix|pd-matrix|peers]
                                                          (list the policies, their peer families, the matrix's sets)
-  kvbench verdict [--before DIR] [--json] DIR|REPORT.json...
+  kvbench verdict [--before DIR] [--over DIR] [--json] DIR|REPORT.json...
                                                          (kvrouter against each peer's best variant, per workload and rate)
+  kvbench paired [--policy kvrouter] [--json] BEFORE AFTER
+                                                         (one policy in two runs, seed by seed: what a change did)
 Run "kvbench <command> -h" for the flags of a command.
 `)
 }

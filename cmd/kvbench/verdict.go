@@ -37,6 +37,11 @@ func runVerdict(args []string, w io.Writer) error {
 		before = append(before, splitList(s)...)
 		return nil
 	})
+	var over []string
+	fs.Func("over", "a later run of some policies (directory or report.json; repeatable or comma-separated) whose figures replace those policies' figures in the judged run, workload by workload", func(s string) error {
+		over = append(over, splitList(s)...)
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "write the verdict as JSON instead of Markdown")
 	o := report.VerdictOptions{Criteria: report.DefaultCriteria()}
 	fs.StringVar(&o.KVRouter, "kvrouter", "kvrouter", "the policy judged")
@@ -61,6 +66,13 @@ func runVerdict(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(over) > 0 {
+		later, err := report.LoadReports(over)
+		if err != nil {
+			return err
+		}
+		reps = report.Overlay(reps, later)
+	}
 	var prior []*report.Report
 	if len(before) > 0 {
 		if prior, err = report.LoadReports(before); err != nil {
@@ -71,12 +83,47 @@ func runVerdict(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+	return writeJSONOr(w, *asJSON, v, func() error { return report.WriteVerdictMarkdown(w, v) })
+}
+
+// writeJSONOr writes v as indented JSON when asJSON is set, and calls markdown otherwise.
+func writeJSONOr(w io.Writer, asJSON bool, v any, markdown func() error) error {
+	if !asJSON {
+		return markdown()
 	}
-	return report.WriteVerdictMarkdown(w, v)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runPaired compares one policy's runs in two matrix runs seed by seed (report.ComparePaired).
+func runPaired(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("paired", flag.ContinueOnError)
+	policy := fs.String("policy", "kvrouter", "the policy compared")
+	asJSON := fs.Bool("json", false, "write the comparison as JSON instead of Markdown")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: kvbench paired [flags] BEFORE AFTER   (each a simulate --out directory, one workload's, or a report.json)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("paired: name two runs, before and after (simulate --out directories or report.json files)")
+	}
+	before, err := report.LoadReports(fs.Args()[:1])
+	if err != nil {
+		return err
+	}
+	after, err := report.LoadReports(fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	p, err := report.ComparePaired(before, after, *policy)
+	if err != nil {
+		return err
+	}
+	return writeJSONOr(w, *asJSON, p, func() error { return report.WritePairedMarkdown(w, p) })
 }
 
 // familyOfPolicy is the peer family the peers package gives a policy name ("" when unknown).

@@ -97,6 +97,51 @@ func TestVerdictCommand(t *testing.T) {
 	}
 }
 
+// kvrouter run again after a change: -over judges it against the full run's peers, and paired
+// compares it with the full run's kvrouter seed by seed.
+func TestVerdictOverAndPaired(t *testing.T) {
+	full, again := t.TempDir(), t.TempDir()
+	if err := report.WriteFiles(filepath.Join(full, "hand"), handReport("hand", 140)); err != nil {
+		t.Fatal(err)
+	}
+	kv := &report.Report{Workload: "hand", Mode: "simulate", Rate: 2, Seeds: []uint64{1, 2}}
+	kv.SetFamily("kvrouter", "kvrouter")
+	for _, rate := range []float64{1, 2} {
+		for seed, g := range []float64{150, 155} {
+			kv.Runs = append(kv.Runs, report.SeedRun{Seed: uint64(seed + 1), Result: metrics.Result{Policy: "kvrouter", Rate: rate, Goodput: g, ITLP90: 0.02, TTFTP90: 1}})
+		}
+	}
+	if err := report.WriteFiles(filepath.Join(again, "hand"), kv); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runVerdict([]string{"-json", "-over", again, full}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var v report.Verdict
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Rows) != 2 || v.Rows[1].Goodput.Median != 152.5 || v.Rows[1].GoodputMark != report.Pass {
+		t.Fatalf("rows with kvrouter run again: %+v", v.Rows)
+	}
+	if err := runVerdict([]string{"-json", full, again}, &out); err == nil {
+		t.Error("kvrouter in both runs without -over: want an error")
+	}
+
+	out.Reset()
+	if err := runPaired([]string{full, again}, &out); err != nil {
+		t.Fatal(err)
+	}
+	// At 2: 150/140 and 155/140, both better.
+	if md := out.String(); !strings.Contains(md, "| hand | 2 | 2 | 1.089 [1.07–1.11] +2/−0 |") {
+		t.Errorf("paired:\n%s", md)
+	}
+	if err := runPaired([]string{full}, &out); err == nil {
+		t.Error("one run: want an error")
+	}
+}
+
 // The matrix's policy sets: kvrouter and round-robin, then peers only.
 func TestPoliciesSets(t *testing.T) {
 	var out bytes.Buffer
