@@ -28,7 +28,7 @@ import (
 // after it, say) seed by seed: the simulator is deterministic, so a seed's two runs differ only
 // by what changed between the builds, and the ratio of each pair measures the change without
 // the spread between seeds, which on several workloads is larger than the change (a TTFT p90
-// that moves by 40 % from one seed to the next; docs/benchmarks.md, issue 18).
+// that differs by up to 75 % between seeds; docs/benchmarks.md, issue 18).
 //
 // Why beside the verdict: the verdict judges medians over seeds against the lowest of 15 peer
 // variants, each a median of its own noisy seeds, so a change neutral on average flips rows both

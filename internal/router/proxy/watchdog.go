@@ -216,8 +216,13 @@ func (wd *watchdog) check() {
 		if silent >= wd.deadline {
 			wd.fire("hung")
 			if s.elsewhere(wd.route) {
-				wd.cancel(errHung) // first: the cause must be this verdict, not the ejection's news
+				// Ejected before the attempt is cancelled: the cancel moves the request at once,
+				// and its retry could be answered (and the next request routed) while the route
+				// still took traffic. The attempt stops watching first, so that its cause is this
+				// verdict and not the ejection's news.
+				s.outliers.unwatch(wd.h, wd.w)
 				s.outliers.eject(wd.h, ejectTTFB)
+				wd.cancel(errHung)
 				return
 			}
 			// No other engine to move to: the route is ejected all the same (it shows, and
