@@ -58,22 +58,26 @@ const (
 	eppWorkers   = 12
 )
 
-// Tolerances of the EPP-vs-proxy comparison. Over 14 runs of this test on the 2-core
-// development machine (2 of them with two busy loops competing for both cores), the fleet hit
-// rate was 90.3% or 91.1% in either mode (the two values are one prefix prefilled on one more
-// engine: 0.84 points), and EPP and proxy differed by at most those 0.84 points. EPP's completed
-// requests per second (and output tokens per second, the same ratio) were 2.0% below proxy's to
-// 0.4% above (median 0.75% below: the gateway's extra hop), at 16.4 to 16.8 requests per second.
-// Round-robin through the same gateway got 5.7% to 16.1% and 9.2 to 9.6 requests per second.
-// The tolerances leave room for a few more prefixes placed differently and for a neighbour's
-// load on a shared machine, and stay well inside the gap to round-robin.
+// Tolerances of the EPP-vs-proxy comparison. The policy may copy a busy group's prefix to a
+// second engine to share its load, and whether it does depends on the order in which the 12
+// clients' requests arrive, so the fleet hit rate moves from run to run in either mode: in 14
+// runs of this test on the 2-core development machine (6 of them with two busy loops competing
+// for both cores) it was 87.5% to 91.1% (each step of 0.84 points is one prefix prefilled on one
+// more engine), in proxy and EPP mode alike, and the two differed by up to 2.7 points (3.5 in
+// a CI run with the other packages' tests beside it). EPP's completed requests per second (and
+// output tokens per second, the same ratio) were 4.2% below proxy's to 6.4% above, at 15.4 to
+// 16.8 requests per second (6.8% apart in that CI run). Round-robin through the same gateway
+// got 4.0% to 22.9% and 9.2 to 9.8 requests per second. The tolerances cover that spread with
+// room for a busier neighbour (five points of hit rate are about half as much prefill again,
+// some 10% of throughput here), and stay far inside the gap to round-robin: an EPP that placed
+// six prefixes worse than the proxy would fail.
 const (
 	// eppHitTolerance is the largest difference in fleet hit rate (absolute) between the two
 	// front ends.
-	eppHitTolerance = 0.03
+	eppHitTolerance = 0.05
 	// eppThroughputTolerance is the largest relative difference in completed requests per
 	// second, and in output tokens per second, between them.
-	eppThroughputTolerance = 0.10
+	eppThroughputTolerance = 0.15
 	// eppOverRoundRobin is how far above round-robin's hit rate both must be, and
 	// eppRoundRobinSpeedup how many times its throughput.
 	eppOverRoundRobin    = 0.50
